@@ -1,0 +1,3 @@
+"""DraftPair: speculative decoding of local language models on MLX."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo]``.
+
+Each sub-command lives in its own module exposing ``register(subparsers)``; modules import
+nothing heavy at module level so ``--help`` is instant. Errors reach the user as one line on
+stderr and a non-zero exit code, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module, needs_mlx): sub-commands that run MLX get the Linux BLAS fix (re-exec) first.
+COMMANDS: dict[str, tuple[str, bool]] = {
+    "gui": ("app.cli.gui", True),
+    "generate": ("app.cli.generate", True),
+    "check": ("app.cli.check", False),
+    "models": ("app.cli.models", True),
+    "bench": ("app.cli.bench", True),
+    "doctor": ("app.cli.doctor", True),
+    "demo": ("app.cli.demo", True),
+}
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code attached."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR):
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from app import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="draftpair",
+        description="Speculative decoding of local language models on MLX.",
+    )
+    parser.add_argument("--version", action="version", version=f"draftpair {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, _) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # command not built yet
+        module.register(sub)
+    return parser
+
+
+def _wants_help(argv: list[str]) -> bool:
+    return any(a in ("-h", "--help", "--version") for a in argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), "gui")
+    if not _wants_help(argv) and COMMANDS.get(command, ("", True))[1]:
+        from app.engine.platform import maybe_reexec_with_blas
+
+        maybe_reexec_with_blas(argv)
+    parser = build_parser()
+    if not argv or argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        if argv and not argv[0].startswith("-"):
+            parser.error(f"unknown command {argv[0]!r}")
+    if not any(a in COMMANDS for a in argv) and not _wants_help(argv):
+        argv = ["gui", *argv]
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(func(args) or 0)
+    except CliError as exc:
+        print(f"draftpair: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("draftpair: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # last resort: one line, never a traceback
+        from app.errors import user_message
+
+        print(f"draftpair: error: {user_message(exc)}", file=sys.stderr)
+        return EXIT_ERROR

@@ -1,0 +1,174 @@
+"""The one event stream the CLI, the benchmark and the GUI consume.
+
+``Session.generate(request)`` yields these small frozen dataclasses, in this order:
+``StatusEvent`` (stages), optionally ``NoticeEvent`` (fallbacks, warnings), then
+``TokenEvent`` / ``RoundEvent`` / ``MemoryEvent`` interleaved while decoding, and exactly one
+``DoneEvent`` at the end (also after cancellation or an error inside decoding).
+No event holds an MLX array: everything is plain Python, safe to pass across threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DRAFT_KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+
+# Acceptance rules (DESIGN.md "Acceptance rules"); reported in timings.acceptance_rule.
+RULE_NONE = "none"  # plain decoding
+RULE_GREEDY = "greedy"  # temperature 0: argmax match, exact
+RULE_SAMPLE_MATCH = "sample-match"  # deterministic proposals at T>0, exact
+RULE_REJECTION = "rejection-sampling"  # stochastic proposals, min(1, p/q) + residual, exact
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    repetition_context_size: int = 20
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What to generate. Exactly one of ``prompt`` / ``messages`` / ``prompt_tokens``."""
+
+    prompt: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None  # chat turns {"role", "content"}
+    prompt_tokens: tuple[int, ...] | None = None
+    chat: bool = True  # apply the tokenizer's chat template to ``prompt``
+    system_prompt: str | None = None
+    draft_kind: str = "none"
+    draft_width: int | None = None  # proposals per round; None = the kind's default
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    allow_fallback: bool = True  # run plain decoding if speculation cannot run
+    ngram_min: int = 2
+    ngram_max: int = 3
+    adaptive: bool = True  # prompt lookup: pause proposing while it does not pay
+    memory_interval_s: float = 0.25
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    stage: str  # "prefill" | "warmup" | "decoding"
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class NoticeEvent:
+    """Something the user must see: a fallback to plain decoding, a lossy setting..."""
+
+    code: str  # e.g. "fallback", "draft-disabled"
+    message: str
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One committed output token."""
+
+    index: int  # position in the output, 0-based
+    token_id: int
+    text: str  # text newly finalized by the streaming detokenizer (may be "")
+    from_draft: bool  # a drafted token the target accepted
+    round_index: int  # the round that committed it (-1 for plain decoding)
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    index: int
+    proposed: int  # draft tokens verified this round
+    accepted: int  # of those, accepted
+    bonus: bool  # the target's own token appended (mismatch correction or bonus)
+    emitted: int  # tokens committed this round (accepted + bonus, after stop trimming)
+    width: int  # proposals asked of the drafter
+    draft_ms: float
+    verify_ms: float
+    rollback_ms: float
+    t_ms: float  # time since decoding started, at the end of this round
+    total_tokens: int  # output tokens so far
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    record: RoundRecord
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    t_ms: float
+    mlx_active_bytes: int
+    mlx_cache_bytes: int
+    mlx_peak_bytes: int
+    rss_bytes: int
+    system_used_fraction: float
+    swap_used_bytes: int
+    pressure: str | None = None  # macOS kernel pressure level: normal | warn | critical
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    sample: MemorySample
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Per-request figures; names follow llama-server where they exist (DESIGN.md)."""
+
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    prompt_per_second: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    predicted_per_second: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    draft_rounds: int = 0
+    draft_kind: str = "none"
+    accept_len_mean: float = 0.0  # draft_n_accepted / draft_rounds
+    acceptance_rate: float = 0.0  # draft_n_accepted / draft_n
+    tokens_per_verify: float = 0.0  # emitted tokens / target verify passes
+    verify_passes: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    rollback_ms: float = 0.0
+    ttft_ms: float = 0.0
+    peak_memory_bytes: int = 0
+    draft_width: int = 0
+    acceptance_rule: str = RULE_NONE
+    fallback: str | None = None  # why speculation did not run, if it did not
+    exact: bool = True  # False only for a labelled lossy mode
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop" | "length" | "cancelled" | "error"
+    timings: Timings
+    rounds: tuple[RoundRecord, ...] = ()
+    error: str | None = None  # plain-language message when finish_reason == "error"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tokens": list(self.token_ids),
+            "finish_reason": self.finish_reason,
+            "fallback": self.timings.fallback,
+            "timings": self.timings.to_dict(),
+            "error": self.error,
+        }
+
+
+Event = StatusEvent | NoticeEvent | TokenEvent | RoundEvent | MemoryEvent | DoneEvent

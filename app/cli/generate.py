@@ -1,0 +1,139 @@
+"""``draftpair generate``: one request through the engine, streamed to stdout or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate text (speculative or plain)")
+    p.add_argument("--model", default="demo", help="target: folder, store name or 'demo'")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", type=Path, help="read the prompt from a file ('-': stdin)")
+    p.add_argument("--draft-model", help="draft folder for --draft-kind full-model")
+    p.add_argument("--draft-kind", default=None, choices=KINDS,
+                   help="none | full-model | prompt-lookup (default: full-model when "
+                   "--draft-model is given, else none)")
+    p.add_argument("--draft-block-size", type=int, default=None, dest="width",
+                   help="proposals per round (full-model 4, prompt-lookup 7)")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temp", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--system", help="system prompt (chat)")
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=True,
+                      help="apply the model's chat template (default)")
+    chat.add_argument("--raw", dest="chat", action="store_false",
+                      help="feed the prompt as plain text")
+    p.add_argument("--ngram-min", type=int, default=2)
+    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--no-adaptive", dest="adaptive", action="store_false")
+    p.add_argument("--no-fallback", dest="allow_fallback", action="store_false",
+                   help="fail instead of decoding plainly when speculation cannot run")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.add_argument("--verbose", "-v", action="store_true", help="print timings to stderr")
+    p.set_defaults(func=run)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    from app.cli import EXIT_USAGE, CliError
+
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file is not None:
+        if str(args.prompt_file) == "-":
+            return sys.stdin.read()
+        try:
+            return args.prompt_file.read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read prompt file {args.prompt_file}: {exc.strerror}",
+                           EXIT_USAGE) from None
+    raise CliError("give --prompt TEXT or --prompt-file FILE", EXIT_USAGE)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.cli import EXIT_USAGE, CliError
+
+    kind = args.draft_kind or ("full-model" if args.draft_model else "none")
+    if args.draft_model and kind != "full-model":
+        raise CliError(f"--draft-model only goes with --draft-kind full-model (not {kind})",
+                       EXIT_USAGE)
+    if args.width is not None and not 1 <= args.width <= 64:
+        raise CliError("--draft-block-size must be between 1 and 64", EXIT_USAGE)
+    if not 1 <= args.ngram_min <= args.ngram_max <= 16:
+        raise CliError("n-gram sizes must satisfy 1 <= --ngram-min <= --ngram-max <= 16",
+                       EXIT_USAGE)
+    if args.max_tokens < 1:
+        raise CliError("--max-tokens must be at least 1", EXIT_USAGE)
+    if args.temp < 0:
+        raise CliError("--temp must be >= 0", EXIT_USAGE)
+    prompt = _read_prompt(args)
+
+    from app.engine.events import DoneEvent, GenerationRequest, NoticeEvent, SamplingParams, TokenEvent
+    from app.engine.session import Session
+    from app.errors import DraftPairError
+
+    session = Session()
+    try:
+        session.load_target(args.model)
+        draft = args.draft_model
+        if kind == "full-model" and draft is None and str(args.model) == "demo":
+            draft = "demo-draft"
+        if kind == "full-model" and draft is not None:
+            session.load_draft(draft)
+    except DraftPairError as exc:
+        raise CliError(str(exc)) from None
+    request = GenerationRequest(
+        prompt=prompt,
+        chat=args.chat,
+        system_prompt=args.system,
+        draft_kind=kind,
+        draft_width=args.width,
+        sampling=SamplingParams(
+            temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty, seed=args.seed,
+        ),
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop),
+        allow_fallback=args.allow_fallback,
+        ngram_min=args.ngram_min,
+        ngram_max=args.ngram_max,
+        adaptive=args.adaptive,
+    )
+    done = None
+    for ev in session.generate(request):
+        if isinstance(ev, TokenEvent) and not args.json:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, NoticeEvent):
+            print(f"draftpair: note: {ev.message}", file=sys.stderr)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    if done.finish_reason == "error":
+        raise CliError(done.error or "generation failed")
+    if args.json:
+        print(json.dumps(done.to_dict(), indent=2))
+    else:
+        sys.stdout.write("\n")
+        if args.verbose:
+            t = done.timings
+            print(
+                f"[{t.draft_kind}] {t.predicted_n} tokens, {t.predicted_per_second:.1f} tok/s, "
+                f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms, accepted "
+                f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
+                f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
+                file=sys.stderr,
+            )
+    return 0

@@ -1,0 +1,295 @@
+"""The round loop: prefill, propose, verify, accept, roll back, emit.
+
+State between rounds: the target cache holds every committed token except ``pending`` (tokens
+committed but not yet fed); when ``pending`` is empty, ``carry`` holds the target's raw logits
+for the next position. A round with proposals ``d_1..d_k`` feeds ``pending + d`` in one pass
+and reads the ``k+1`` rows it needs (with ``carry`` in front when nothing is pending). A plain
+step samples from ``carry`` and immediately queues the next target step before syncing, like
+``mlx_lm.generate_step``, so plain decoding through this loop keeps mlx-lm's pipelining.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import mlx.core as mx
+
+from app.engine import sampling as sm
+from app.engine.drafters.base import Drafter, Proposal
+from app.engine.events import (
+    RULE_NONE,
+    DoneEvent,
+    Event,
+    GenerationRequest,
+    MemoryEvent,
+    RoundEvent,
+    RoundRecord,
+    StatusEvent,
+    Timings,
+    TokenEvent,
+)
+from app.engine.memory import MemorySampler
+from app.engine.models import LoadedModel, make_cache, trim
+from app.engine.stopping import StopMatcher
+from app.engine.verify import verify
+
+PREFILL_STEP = 2048
+
+
+class RoundLoop:
+    def __init__(
+        self,
+        *,
+        target: LoadedModel,
+        drafter: Drafter | None,
+        prompt: list[int],
+        request: GenerationRequest,
+        rule: str,
+        width: int,
+        cancel: threading.Event | None,
+        fallback: str | None = None,
+    ):
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        self.target = target
+        self.drafter = drafter
+        self.prompt = list(prompt)
+        self.req = request
+        self.sampling = request.sampling
+        self.rule = rule if drafter is not None else RULE_NONE
+        self.width = width if drafter is not None else 0
+        self.cancel = cancel or threading.Event()
+        self.fallback = fallback
+        self.processors = sm.make_processors(self.sampling)
+        self.eos = target.eos_token_ids
+        self.cache = make_cache(target)
+        self.committed: list[int] = list(prompt)
+        self.output: list[int] = []
+        self.pending: list[int] = []
+        self.carry: mx.array | None = None
+        self.rounds: list[RoundRecord] = []
+        self.draft_n = self.draft_acc = self.verify_passes = 0
+        self.draft_ms = self.verify_ms = self.rollback_ms = 0.0
+        self.finish_reason: str | None = None
+        self._round_ms = (0.0, 0.0, 0.0)
+
+    # -- target passes ---------------------------------------------------------------
+    def _forward(self, tokens: mx.array) -> mx.array:
+        """Raw logits ``(n, V)`` for ``tokens`` (appended to the target cache)."""
+        return self.target.model(tokens[None], cache=self.cache)[0]
+
+    def _history(self) -> mx.array | None:
+        if not self.processors:
+            return None
+        ctx = self.sampling.repetition_context_size + self.width + 1
+        return mx.array(self.committed[-ctx:], dtype=mx.uint32)
+
+    def _prefill(self) -> None:
+        body = self.prompt
+        drafter_arrays = self.drafter.begin(self.prompt, self.sampling) if self.drafter else []
+        for start in range(0, len(body), PREFILL_STEP):
+            chunk = mx.array(body[start : start + PREFILL_STEP], dtype=mx.uint32)
+            logits = self._forward(chunk)
+            if start + PREFILL_STEP < len(body):
+                mx.eval([c.state for c in self.cache])
+        self.carry = logits[-1:]
+        mx.eval(self.carry, *drafter_arrays)
+
+    # -- one step ----------------------------------------------------------------------
+    def _plain_step(self) -> list[int]:
+        if self.pending:
+            self.carry = self._forward(mx.array(self.pending, dtype=mx.uint32))[-1:]
+            self.pending = []
+        rows = sm.process_rows(self.carry, self._history(), [], self.processors)
+        tok = sm.sample(rows, self.sampling)
+        # queue the next target step before syncing (mlx-lm's pipelining)
+        next_carry = self._forward(tok.astype(mx.uint32))[-1:]
+        mx.async_eval(tok, next_carry)
+        t = int(tok.item())
+        self.carry = next_carry
+        self.verify_passes += 1
+        return [t]
+
+    def _spec_round(self, proposal: Proposal) -> tuple[list[int], int]:
+        k = proposal.k
+        started = time.perf_counter()
+        mx.eval(proposal.tokens)
+        self.draft_ms += proposal.draft_ms + (time.perf_counter() - started) * 1e3
+        t_verify = time.perf_counter()
+        n_pending = len(self.pending)
+        inputs = proposal.tokens.astype(mx.uint32)
+        if n_pending:
+            inputs = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), inputs])
+        logits = self._forward(inputs)
+        if n_pending:
+            rows = logits[n_pending - 1 :]
+        else:
+            rows = mx.concatenate([self.carry, logits], axis=0)
+        rows = sm.process_rows(rows, self._history(), proposal.tokens, self.processors)
+        verdict = verify(rows, proposal.tokens, sampling=self.sampling, rule=self.rule, q=proposal.q)
+        self.verify_ms += (time.perf_counter() - t_verify) * 1e3
+        self.verify_passes += 1
+        t_roll = time.perf_counter()
+        n = verdict.accepted
+        trim(self.cache, k - n)
+        self.pending = [verdict.token]
+        self.carry = None
+        self.rollback_ms += (time.perf_counter() - t_roll) * 1e3
+        self.draft_n += k
+        self.draft_acc += n
+        self._round_ms = (
+            proposal.draft_ms + (t_verify - started) * 1e3,
+            (t_roll - t_verify) * 1e3,
+            (time.perf_counter() - t_roll) * 1e3,
+        )
+        return [*verdict.proposals[:n], verdict.token], n
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> Iterator[Event]:
+        req = self.req
+        if self.sampling.seed is not None:
+            mx.random.seed(self.sampling.seed)
+        mx.reset_peak_memory()
+        detok = self.target.tokenizer.detokenizer
+        detok.reset()
+        stopper = StopMatcher(req.stop)
+        t_start = time.perf_counter()
+        mem = MemorySampler(req.memory_interval_s, t0=t_start)
+        yield StatusEvent("prefill", f"{len(self.prompt)} prompt tokens")
+        self._prefill()
+        t_prefill = time.perf_counter()
+        yield StatusEvent("decoding")
+        yield MemoryEvent(mem.sample())
+        ttft_ms = 0.0
+        try:
+            while self.finish_reason is None:
+                if self.cancel.is_set():
+                    self.finish_reason = "cancelled"
+                    break
+                remaining = req.max_tokens - len(self.output)
+                if remaining <= 0:
+                    self.finish_reason = "length"
+                    break
+                proposal = None
+                k = min(self.width, remaining - 1)
+                if self.drafter is not None and k > 0:
+                    proposal = self.drafter.propose(self.committed, k)
+                    if proposal is not None and proposal.k == 0:
+                        proposal = None
+                if proposal is None:
+                    new_tokens, accepted = self._plain_step(), 0
+                else:
+                    new_tokens, accepted = self._spec_round(proposal)
+                emitted = self._commit(new_tokens, accepted, proposal, detok, stopper)
+                round_index = len(self.rounds) if proposal is not None else -1
+                for ev in emitted:
+                    yield TokenEvent(
+                        index=ev[0], token_id=ev[1], text=ev[2], from_draft=ev[3],
+                        round_index=round_index,
+                    )
+                if ttft_ms == 0.0 and emitted:
+                    ttft_ms = (time.perf_counter() - t_start) * 1e3
+                t_obs = time.perf_counter()
+                if self.drafter is not None and self.finish_reason is None:
+                    self.drafter.observe(self.committed, proposal, accepted, new_tokens)
+                self.rollback_ms += (time.perf_counter() - t_obs) * 1e3
+                if proposal is not None:
+                    d_ms, v_ms, r_ms = self._round_ms
+                    rec = RoundRecord(
+                        index=len(self.rounds),
+                        proposed=proposal.k,
+                        accepted=accepted,
+                        bonus=len(emitted) > accepted,
+                        emitted=len(emitted),
+                        width=k,
+                        draft_ms=d_ms,
+                        verify_ms=v_ms,
+                        rollback_ms=r_ms + (time.perf_counter() - t_obs) * 1e3,
+                        t_ms=(time.perf_counter() - t_prefill) * 1e3,
+                        total_tokens=len(self.output),
+                    )
+                    self.rounds.append(rec)
+                    yield RoundEvent(rec)
+                if mem.due():
+                    yield MemoryEvent(mem.sample())
+        finally:
+            if self.drafter is not None:
+                self.drafter.close()
+        tail = stopper.flush() if self.finish_reason != "stop" else ""
+        detok.finalize()
+        if self.finish_reason != "stop":
+            tail += stopper.feed(detok.last_segment) + stopper.flush()
+        if tail:
+            yield TokenEvent(
+                index=max(len(self.output) - 1, 0), token_id=-1, text=tail, from_draft=False,
+                round_index=-1,
+            )
+        t_end = time.perf_counter()
+        yield MemoryEvent(mem.sample())
+        yield DoneEvent(
+            text=stopper.final_text,
+            token_ids=tuple(self.output),
+            finish_reason=self.finish_reason or "stop",
+            timings=self._timings(t_start, t_prefill, t_end, ttft_ms),
+            rounds=tuple(self.rounds),
+        )
+
+    def _commit(
+        self,
+        new_tokens: list[int],
+        accepted: int,
+        proposal: Proposal | None,
+        detok: Any,
+        stopper: StopMatcher,
+    ) -> list[tuple[int, int, str, bool]]:
+        out = []
+        for i, tok in enumerate(new_tokens):
+            if tok in self.eos:
+                self.finish_reason = "stop"
+                break
+            self.committed.append(tok)
+            self.output.append(tok)
+            detok.add_token(tok)
+            text = stopper.feed(detok.last_segment)
+            out.append((len(self.output) - 1, tok, text, proposal is not None and i < accepted))
+            if stopper.stopped:
+                self.finish_reason = "stop"
+                break
+            if len(self.output) >= self.req.max_tokens:
+                self.finish_reason = "length"
+                break
+        return out
+
+    def _timings(self, t_start: float, t_prefill: float, t_end: float, ttft_ms: float) -> Timings:
+        prompt_ms = (t_prefill - t_start) * 1e3
+        predicted_ms = (t_end - t_prefill) * 1e3
+        n = len(self.output)
+        n_rounds = len(self.rounds)
+        drafter_kind = self.drafter.kind if self.drafter is not None else "none"
+        return Timings(
+            prompt_n=len(self.prompt),
+            prompt_ms=prompt_ms,
+            prompt_per_second=len(self.prompt) / (prompt_ms / 1e3) if prompt_ms > 0 else 0.0,
+            predicted_n=n,
+            predicted_ms=predicted_ms,
+            predicted_per_second=n / (predicted_ms / 1e3) if predicted_ms > 0 else 0.0,
+            draft_n=self.draft_n,
+            draft_n_accepted=self.draft_acc,
+            draft_rounds=n_rounds,
+            draft_kind=drafter_kind,
+            accept_len_mean=self.draft_acc / n_rounds if n_rounds else 0.0,
+            acceptance_rate=self.draft_acc / self.draft_n if self.draft_n else 0.0,
+            tokens_per_verify=n / self.verify_passes if self.verify_passes else 0.0,
+            verify_passes=self.verify_passes,
+            draft_ms=self.draft_ms,
+            verify_ms=self.verify_ms,
+            rollback_ms=self.rollback_ms,
+            ttft_ms=ttft_ms,
+            peak_memory_bytes=int(mx.get_peak_memory()),
+            draft_width=self.width,
+            acceptance_rule=self.rule,
+            fallback=self.fallback,
+        )

@@ -1,0 +1,194 @@
+"""Loading checkpoints with mlx-lm, choosing precision per backend, cache capabilities."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from app.errors import ModelLoadError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    model: nn.Module
+    tokenizer: Any  # mlx_lm TokenizerWrapper
+    config: dict[str, Any]
+    precision: str  # e.g. "float32", "4-bit (group 32)"
+    load_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", "?"))
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output layer (may exceed the tokenizer's size: padded embeddings)."""
+        return int(self.config.get("vocab_size") or len(self.tokenizer.get_vocab()))
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        return set(self.tokenizer.eos_token_ids or [])
+
+    def weight_bytes(self) -> int:
+        from mlx.utils import tree_flatten
+
+        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+
+def resolve_path(name_or_path: str | Path) -> Path:
+    """A local folder for ``name_or_path`` ("demo", a store name, a path...)."""
+    try:
+        from app.checkpoints.resolve import resolve_model
+    except ImportError:
+        resolve_model = None
+    if resolve_model is not None:
+        return Path(resolve_model(str(name_or_path)))
+    path = Path(name_or_path).expanduser()
+    if str(name_or_path) == "demo":
+        from app.demo.target import ensure_demo_target
+
+        return ensure_demo_target()
+    if not path.exists():
+        raise ModelLoadError(f"No model folder at {path}.")
+    return path
+
+
+def validate_folder(path: Path) -> dict[str, Any]:
+    """Cheap checks before handing a folder to mlx-lm; returns config.json."""
+    if not path.exists():
+        raise ModelLoadError(f"No model folder at {path}.")
+    if not path.is_dir():
+        raise ModelLoadError(f"{path} is a file; a model is a folder with config.json.")
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint.")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"config.json in {path} cannot be read: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"config.json in {path} is not a JSON object.")
+    weights = list(path.glob("*.safetensors"))
+    if not weights:
+        pickles = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
+        if pickles:
+            raise ModelLoadError(
+                f"{path} only has PyTorch pickle weights ({pickles[0]}); DraftPair never loads "
+                "pickles. Convert it to safetensors first (draftpair models convert)."
+            )
+        raise ModelLoadError(f"{path} has no .safetensors weights.")
+    return config
+
+
+def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
+    q = config.get("quantization") or config.get("quantization_config")
+    if isinstance(q, dict) and q.get("bits"):
+        return f"{q['bits']}-bit (group {q.get('group_size', '?')})"
+    from mlx.utils import tree_flatten
+
+    dtypes = {str(v.dtype).replace("mlx.core.", "") for _, v in tree_flatten(model.parameters())}
+    return "/".join(sorted(dtypes))
+
+
+def load_model(
+    name_or_path: str | Path, *, precision: str = "auto", backend: str | None = None
+) -> LoadedModel:
+    """Load a checkpoint folder with mlx-lm.
+
+    ``precision="auto"``: on the CPU backend unquantized half-precision weights are cast to
+    float32 (the fastest there); on Metal/CUDA weights stay as stored. ``"float32"``,
+    ``"float16"``, ``"bfloat16"`` force a cast of unquantized weights.
+    """
+    from mlx_lm.utils import load_model as mlx_load_model
+    from mlx_lm.utils import load_tokenizer
+
+    started = time.perf_counter()
+    path = resolve_path(name_or_path)
+    config = validate_folder(path)
+    try:
+        model, config = mlx_load_model(path, lazy=False, trust_remote_code=False)
+    except ValueError as exc:
+        msg = str(exc)
+        if "not supported" in msg or "Model type" in msg:
+            raise ModelLoadError(
+                f"The architecture '{config.get('model_type', '?')}' of {path.name} is not "
+                "supported by the installed mlx-lm."
+            ) from None
+        raise ModelLoadError(f"Cannot load the weights in {path}: {msg}") from None
+    except Exception as exc:  # corrupt safetensors, missing tensors...
+        raise ModelLoadError(f"Cannot load the weights in {path}: {exc}") from None
+    try:
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except Exception as exc:
+        raise ModelLoadError(f"Cannot load the tokenizer in {path}: {exc}") from None
+
+    quantized = bool(config.get("quantization") or config.get("quantization_config"))
+    if backend is None:
+        from app.engine.platform import detect_backend
+
+        backend = detect_backend()
+    target_dtype = None
+    if precision == "auto":
+        if backend == "cpu" and not quantized:
+            target_dtype = mx.float32
+    elif precision in ("float32", "float16", "bfloat16"):
+        target_dtype = getattr(mx, precision)
+    if target_dtype is not None and not quantized:
+        model.set_dtype(target_dtype)
+        mx.eval(model.parameters())
+    return LoadedModel(
+        name=path.name,
+        path=path,
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        precision=_precision_of(model, config),
+        load_seconds=time.perf_counter() - started,
+    )
+
+
+def make_cache(loaded: LoadedModel) -> list[Any]:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    return make_prompt_cache(loaded.model)
+
+
+def rollback_problem(cache: list[Any], needed_tokens: int) -> str | None:
+    """Why this cache cannot be rolled back after rejected proposals (None if it can)."""
+    from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache
+
+    if not can_trim_prompt_cache(cache):
+        kinds = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
+        return (
+            "the model keeps a recurrent state that cannot be rewound after a rejected draft "
+            f"({', '.join(kinds)})"
+        )
+    for c in cache:
+        if isinstance(c, RotatingKVCache) and needed_tokens > c.max_size:
+            return (
+                f"the model's sliding-window cache holds {c.max_size} tokens and would wrap "
+                f"before {needed_tokens} tokens, after which it cannot be rewound"
+            )
+    return None
+
+
+def trim(cache: list[Any], n: int) -> None:
+    if n <= 0:
+        return
+    for c in cache:
+        c.trim(n)
+
+
+def cache_offset(cache: list[Any]) -> int:
+    return int(getattr(cache[0], "offset", 0)) if cache else 0

@@ -1,0 +1,89 @@
+"""Acceptance rules (DESIGN.md "Acceptance rules"). All three are exact.
+
+Each rule receives the target's ``k+1`` processed logits rows (row ``i`` is the distribution
+for proposal ``i``; row ``k`` is the bonus position) and the ``k`` proposals, builds one lazy
+graph and synchronises once. The result is how many proposals were accepted and the token the
+target contributes (the correction at the first rejection, or the bonus).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from app.engine import sampling as sm
+from app.engine.events import (
+    RULE_GREEDY,
+    RULE_REJECTION,
+    RULE_SAMPLE_MATCH,
+    SamplingParams,
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: int
+    token: int  # the target's own token after the accepted prefix
+    proposals: tuple[int, ...]  # the proposals as host ints
+
+
+def choose_rule(sampling: SamplingParams, stochastic_draft: bool) -> str:
+    if sampling.greedy:
+        return RULE_GREEDY
+    return RULE_REJECTION if stochastic_draft else RULE_SAMPLE_MATCH
+
+
+def _first_mismatch(proposals: list[int], target: list[int]) -> int:
+    n = 0
+    for d, t in zip(proposals, target):
+        if d != t:
+            break
+        n += 1
+    return n
+
+
+def verify(
+    rows: mx.array,
+    proposals: mx.array,
+    *,
+    sampling: SamplingParams,
+    rule: str,
+    q: mx.array | None = None,
+) -> Verdict:
+    """Apply ``rule`` to ``rows`` (``(k+1, V)``, processed) and ``proposals`` (``(k,)``)."""
+    k = proposals.shape[0]
+    if rule in (RULE_GREEDY, RULE_SAMPLE_MATCH):
+        # Greedy: argmax per row. Sample-match: draw t_i ~ p_i independently per row; for
+        # one-hot proposals, accepting while t_i == y_i is exact and acceptance-optimal.
+        target = sm.sample(rows, sampling)
+        target_l, props_l = _to_lists(target, proposals)
+        n = _first_mismatch(props_l, target_l)
+        return Verdict(n, target_l[n], tuple(props_l))
+    if rule != RULE_REJECTION or q is None:
+        raise ValueError(f"rule {rule!r} needs draft probabilities")
+    p = sm.probabilities(rows, sampling)  # (k+1, V)
+    idx = mx.arange(k)
+    py = p[idx, proposals]
+    qy = q[idx, proposals]
+    u = mx.random.uniform(shape=(k,))
+    # accept with probability min(1, p/q); q(y) > 0 for a sampled y, guard anyway
+    accept = mx.where(qy > 0, u * qy < py, py > 0)
+    residual = mx.maximum(p[:k] - q, 0.0)
+    mass = residual.sum(axis=-1, keepdims=True)
+    # where p == q exactly the residual is empty and rejection has probability 0; use p
+    residual = mx.where(mass > 0, residual, p[:k])
+    corrections = mx.random.categorical(mx.log(residual))
+    bonus = mx.random.categorical(mx.log(p[k : k + 1]))
+    mx.eval(accept, corrections, bonus, proposals)
+    acc_l = accept.tolist()
+    n = 0
+    while n < k and acc_l[n]:
+        n += 1
+    token = int(corrections[n].item()) if n < k else int(bonus[0].item())
+    return Verdict(n, token, tuple(proposals.tolist()))
+
+
+def _to_lists(target: mx.array, proposals: mx.array) -> tuple[list[int], list[int]]:
+    mx.eval(target, proposals)
+    return target.tolist(), proposals.tolist()

@@ -1,0 +1,400 @@
+"""Hugging Face Hub: search, file sizes, and resumable downloads into the HF cache.
+
+Public API (all callable from a worker thread; errors are HubError with a plain message):
+    search(query, *, limit=20, mlx_only=True) -> list[HubModel]     sorted by downloads
+    repo_info(repo_id, *, revision=None) -> HubRepoInfo              file sizes before download
+    download(repo_id, *, revision=None, progress=None, cancel=None, allow_patterns=None)
+        -> Path (the snapshot folder in the HF cache)
+        progress(DownloadProgress) gets bytes done/total, rate, ETA and the current file;
+        cancel is a threading.Event (raises DownloadCancelled); a later call resumes, and
+        files already finished are not fetched again.
+    hub_endpoint() -> str    HF_ENDPOINT read at call time (tests point it at a fake hub)
+
+Never downloads pickle weights (.bin/.pt/...) or Python files. Uses the token that
+huggingface_hub already stores (or HF_TOKEN).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.checkpoints.store import hf_cache_dir
+from app.errors import DraftPairError
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+ALLOW_PATTERNS = (
+    "*.safetensors", "*.safetensors.index.json", "*.json", "*.jinja", "tokenizer.model",
+    "*.tiktoken", "tiktoken.model", "*.txt", "*.md",
+)  # fmt: skip
+NEVER_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle", "*.py", "*.msgpack", "*.h5", "*.gguf", "*.onnx")
+DISK_MARGIN = 256 * 1024 * 1024
+
+
+class HubError(DraftPairError):
+    """A plain-language download/search error."""
+
+
+class DownloadCancelled(HubError):
+    pass
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def _api():
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=hub_endpoint())
+
+
+@dataclass(frozen=True)
+class HubModel:
+    repo_id: str
+    downloads: int | None
+    likes: int | None
+    last_modified: str | None
+    tags: tuple[str, ...]
+    gated: bool
+    library: str | None
+
+
+@dataclass(frozen=True)
+class HubFile:
+    name: str
+    size: int | None
+    allowed: bool
+
+
+@dataclass(frozen=True)
+class HubRepoInfo:
+    repo_id: str
+    sha: str | None
+    files: tuple[HubFile, ...]
+    gated: bool
+    private: bool
+    tags: tuple[str, ...]
+    library: str | None
+
+    @property
+    def download_bytes(self) -> int:
+        return sum(f.size or 0 for f in self.files if f.allowed)
+
+    @property
+    def skipped(self) -> list[str]:
+        return [f.name for f in self.files if not f.allowed]
+
+    @property
+    def is_mlx(self) -> bool:
+        return self.library == "mlx" or "mlx" in self.tags
+
+    @property
+    def has_safetensors(self) -> bool:
+        return any(f.name.endswith(".safetensors") for f in self.files)
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    repo_id: str
+    done_bytes: int
+    total_bytes: int
+    rate_bps: float  # bytes per second over the last few seconds
+    eta_s: float | None
+    current_file: str | None
+    files_done: int
+    files_total: int
+    finished: bool = False
+
+    @property
+    def fraction(self) -> float:
+        return self.done_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def is_allowed(name: str, allow_patterns: tuple[str, ...] | list[str] = ALLOW_PATTERNS) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    if any(fnmatch.fnmatch(base, p) for p in NEVER_PATTERNS):
+        return False
+    return any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(base, p) for p in allow_patterns)
+
+
+def plain_error(exc: BaseException, repo_id: str = "") -> HubError:
+    """Translate huggingface_hub / httpx / OS errors into one plain sentence."""
+    if isinstance(exc, HubError):
+        return exc
+    from huggingface_hub import errors as hf_errors
+
+    what = repo_id or "this model"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, hf_errors.GatedRepoError):
+        return HubError(
+            f"{what} is gated: accept its licence on the Hugging Face website, then log in "
+            "(`hf auth login`) and try again."
+        )
+    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+        return HubError(
+            f"{what} was not found on the Hugging Face Hub, or it is private and you are not "
+            "logged in with an account that can see it."
+        )
+    if isinstance(exc, hf_errors.RevisionNotFoundError):
+        return HubError(f"That version of {what} does not exist.")
+    if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
+        return HubError(f"A file of {what} is missing on the Hub.")
+    if status == 401:
+        return HubError(f"The Hub refused access to {what}: log in with `hf auth login` and try again.")
+    if status == 403:
+        return HubError(f"Your Hugging Face token is not allowed to read {what}.")
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return HubError("Hugging Face offline mode is on (HF_HUB_OFFLINE), so nothing can be downloaded.")
+    if isinstance(exc, hf_errors.LocalEntryNotFoundError):
+        return HubError("The Hugging Face Hub cannot be reached: check your internet connection and try again.")
+    if isinstance(exc, hf_errors.HfHubHTTPError):
+        return HubError(f"The Hugging Face Hub answered with an error ({status or 'unknown'}); try again later.")
+    try:
+        import httpx2 as httpx  # what huggingface_hub uses
+    except ImportError:  # pragma: no cover - older hubs use httpx or requests
+        httpx = None
+    if httpx is not None:
+        if isinstance(exc, httpx.ConnectError):
+            return HubError("The Hugging Face Hub cannot be reached: check your internet connection and try again.")
+        if isinstance(exc, httpx.TimeoutException):
+            return HubError("The Hugging Face Hub did not answer in time; try again.")
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError)):
+            return HubError("The connection was lost during the download; run it again to resume (finished files are kept).")
+    if isinstance(exc, OSError):
+        text = str(exc)
+        if "Consistency check failed" in text:
+            return HubError("A file arrived incomplete (connection lost); run the download again to resume.")
+        if getattr(exc, "errno", None) == 28 or "Not enough free disk space" in text:
+            return HubError("There is not enough free disk space for this download.")
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return HubError("The Hugging Face Hub cannot be reached: check your internet connection and try again.")
+        return HubError(f"Download failed: {exc.strerror or text}.")
+    return HubError(f"Download failed: {type(exc).__name__}: {exc}")
+
+
+def search(query: str, *, limit: int = 20, mlx_only: bool = True) -> list[HubModel]:
+    try:
+        api = _api()
+        models = api.list_models(
+            search=query or None,
+            filter="mlx" if mlx_only else None,
+            sort="downloads",
+            limit=limit,
+        )
+        out = []
+        for m in models:
+            out.append(
+                HubModel(
+                    repo_id=m.id,
+                    downloads=m.downloads,
+                    likes=m.likes,
+                    last_modified=m.last_modified.isoformat() if m.last_modified else None,
+                    tags=tuple(m.tags or ()),
+                    gated=bool(m.gated),
+                    library=m.library_name,
+                )
+            )
+        return out
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one plain sentence
+        raise plain_error(exc, "the search") from None
+
+
+def repo_info(repo_id: str, *, revision: str | None = None, allow_patterns=ALLOW_PATTERNS) -> HubRepoInfo:
+    try:
+        info = _api().model_info(repo_id, revision=revision, files_metadata=True)
+    except Exception as exc:  # noqa: BLE001
+        raise plain_error(exc, repo_id) from None
+    files = tuple(
+        HubFile(s.rfilename, s.size if s.size is not None else (s.lfs.size if s.lfs else None), is_allowed(s.rfilename, allow_patterns))
+        for s in (info.siblings or [])
+    )
+    return HubRepoInfo(
+        repo_id=info.id,
+        sha=info.sha,
+        files=files,
+        gated=bool(info.gated),
+        private=bool(info.private),
+        tags=tuple(info.tags or ()),
+        library=info.library_name,
+    )
+
+
+class _Meter:
+    """Aggregates per-file byte counts into DownloadProgress; raises on cancel."""
+
+    def __init__(self, repo_id: str, total: int, files_total: int, callback, cancel: threading.Event | None):
+        self.repo_id = repo_id
+        self.total = total
+        self.files_total = files_total
+        self.callback = callback
+        self.cancel = cancel
+        self.done = 0
+        self.files_done = 0
+        self.current: str | None = None
+        self.window: deque[tuple[float, int]] = deque()
+        self.last_emit = 0.0
+        self.lock = threading.Lock()
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise DownloadCancelled("Download cancelled; run it again to resume.")
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.done += n
+            now = time.monotonic()
+            self.window.append((now, self.done))
+            while len(self.window) > 2 and now - self.window[0][0] > 5.0:
+                self.window.popleft()
+            if now - self.last_emit >= 0.1:
+                self.emit()
+        self.check_cancel()
+
+    def rate(self) -> float:
+        if len(self.window) < 2:
+            return 0.0
+        (t0, b0), (t1, b1) = self.window[0], self.window[-1]
+        return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def emit(self, finished: bool = False) -> None:
+        self.last_emit = time.monotonic()
+        if self.callback is None:
+            return
+        rate = self.rate()
+        remaining = max(self.total - self.done, 0)
+        eta = remaining / rate if rate > 0 else (0.0 if finished else None)
+        self.callback(
+            DownloadProgress(
+                repo_id=self.repo_id,
+                done_bytes=self.done,
+                total_bytes=self.total,
+                rate_bps=rate,
+                eta_s=eta,
+                current_file=self.current,
+                files_done=self.files_done,
+                files_total=self.files_total,
+                finished=finished,
+            )
+        )
+
+    def bar_class(self):
+        meter = self
+
+        class _Bar:
+            """The tqdm-like object huggingface_hub drives while streaming one file."""
+
+            def __init__(self, *args, **kwargs):
+                self.n = int(kwargs.get("initial") or 0)
+                self.total = kwargs.get("total")
+
+            def update(self, n: int = 1) -> None:
+                self.n += n
+                meter.add(n)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc) -> bool:
+                return False
+
+            def close(self) -> None:
+                pass
+
+            def set_description(self, *a, **k) -> None:
+                pass
+
+        return _Bar
+
+
+@dataclass
+class _Plan:
+    sha: str
+    files: list[tuple[str, int]] = field(default_factory=list)  # (name, size) to fetch
+    cached: list[str] = field(default_factory=list)
+
+
+def _snapshot_dir(cache: Path, repo_id: str, sha: str) -> Path:
+    return cache / ("models--" + repo_id.replace("/", "--")) / "snapshots" / sha
+
+
+def download(
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    progress: Callable[[DownloadProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+    allow_patterns: tuple[str, ...] | list[str] = ALLOW_PATTERNS,
+    cache_dir: Path | None = None,
+) -> Path:
+    """Download the allowed files of ``repo_id`` into the HF cache; return the snapshot folder."""
+    from huggingface_hub import hf_hub_download
+
+    cache = Path(cache_dir) if cache_dir else hf_cache_dir()
+    info = repo_info(repo_id, revision=revision, allow_patterns=allow_patterns)
+    if not info.sha:
+        raise HubError(f"The Hub did not say which version of {repo_id} to download.")
+    wanted = [f for f in info.files if f.allowed]
+    if not any(f.name.endswith(".safetensors") for f in wanted):
+        if any(not f.allowed and f.name.endswith((".bin", ".pt", ".pth")) for f in info.files):
+            raise HubError(f"{repo_id} has only pickle weights (.bin/.pt), which DraftPair never downloads.")
+        raise HubError(f"{repo_id} has no safetensors weights to download.")
+    snap = _snapshot_dir(cache, repo_id, info.sha)
+    plan = _Plan(sha=info.sha)
+    for f in wanted:
+        if (snap / f.name).exists():
+            plan.cached.append(f.name)
+        else:
+            plan.files.append((f.name, f.size or 0))
+    need = sum(size for _, size in plan.files)
+    cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache).free
+    if need + DISK_MARGIN > free and need > 0:
+        from app.checkpoints.memory import format_bytes
+
+        raise HubError(
+            f"Not enough free disk space: {repo_id} needs {format_bytes(need)} more, "
+            f"and {format_bytes(free)} is free in {cache}."
+        )
+    total = info.download_bytes
+    meter = _Meter(repo_id, total, len(wanted), progress, cancel)
+    meter.done = total - need
+    meter.files_done = len(plan.cached)
+    meter.emit()
+    bar = meter.bar_class()
+    for name, size in plan.files:
+        meter.check_cancel()
+        meter.current = name
+        before = meter.done
+        try:
+            hf_hub_download(
+                repo_id,
+                name,
+                revision=info.sha,
+                cache_dir=str(cache),
+                endpoint=hub_endpoint(),
+                tqdm_class=bar,  # type: ignore[arg-type]
+            )
+        except DownloadCancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise plain_error(exc, repo_id) from None
+        # keep totals exact even when the server's sizes differ from the listing
+        meter.done = before + size if meter.done - before != size else meter.done
+        meter.files_done += 1
+        meter.emit()
+    ref = revision or "main"
+    if ref != info.sha:  # like huggingface_hub: a branch/tag name points at the commit
+        ref_path = snap.parent.parent / "refs" / ref
+        ref_path.parent.mkdir(parents=True, exist_ok=True)
+        ref_path.write_text(info.sha)
+    meter.current = None
+    meter.emit(finished=True)
+    return snap

@@ -1,0 +1,215 @@
+"""Read safetensors headers without loading weights.
+
+Public API:
+    read_header(path) -> SafetensorsHeader          one file; raises HeaderError
+    summarize_weights(folder, config=None) -> WeightsSummary   all shards of a checkpoint
+
+A safetensors file is an 8-byte little-endian header length, a JSON header, then raw tensor
+data. Only the header bytes are read, so this is safe and fast on files of any size; a
+truncated or corrupt file gives a HeaderError with a plain message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+
+DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8,
+    "F32": 4, "I32": 4, "U32": 4,
+    "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+    "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+}  # fmt: skip
+
+
+class HeaderError(ValueError):
+    """A safetensors file whose header cannot be read; the message says why, plainly."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    path: Path
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    data_bytes: int
+
+
+def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
+    """Parse one safetensors header; check it against the file size."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise HeaderError(f"{path.name} is too short to be a safetensors file.")
+            (n,) = struct.unpack("<Q", head)
+            if n == 0 or n > MAX_HEADER_BYTES or 8 + n > size:
+                raise HeaderError(
+                    f"{path.name} is truncated or not a safetensors file "
+                    f"(header says {n} bytes, file has {size})."
+                )
+            raw = f.read(n)
+    except OSError as exc:
+        raise HeaderError(f"{path.name} cannot be read ({exc.strerror or exc}).") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise HeaderError(f"{path.name} has a corrupt header (not valid JSON).") from None
+    if not isinstance(data, dict):
+        raise HeaderError(f"{path.name} has a corrupt header (not a JSON object).")
+    metadata = data.pop("__metadata__", None) or {}
+    tensors: dict[str, TensorInfo] = {}
+    end_max = 0
+    for name, spec in data.items():
+        try:
+            dtype = str(spec["dtype"])
+            shape = tuple(int(d) for d in spec["shape"])
+            start, end = (int(v) for v in spec["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise HeaderError(f"{path.name} has a corrupt entry for tensor {name!r}.") from None
+        if start < 0 or end < start:
+            raise HeaderError(f"{path.name} has invalid offsets for tensor {name!r}.")
+        tensors[name] = TensorInfo(name, dtype, shape, end - start)
+        end_max = max(end_max, end)
+    if 8 + n + end_max > size:
+        raise HeaderError(
+            f"{path.name} is truncated: its header describes {8 + n + end_max} bytes "
+            f"but the file has {size} (an interrupted download?)."
+        )
+    return SafetensorsHeader(
+        path=path,
+        tensors=tensors,
+        metadata=metadata if isinstance(metadata, dict) else {},
+        data_bytes=end_max,
+    )
+
+
+@dataclass(frozen=True)
+class WeightsSummary:
+    files: tuple[Path, ...]
+    tensors: dict[str, TensorInfo]
+    weight_bytes: int
+    param_count: int
+    dtypes: dict[str, int]  # dtype -> bytes
+    errors: tuple[str, ...] = ()  # plain messages for unreadable/missing shards
+    pickle_files: tuple[Path, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.files) and not self.errors
+
+    def main_dtype(self) -> str | None:
+        if not self.dtypes:
+            return None
+        return max(self.dtypes.items(), key=lambda kv: kv[1])[0]
+
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def _quant_bits(config: dict | None, module: str) -> int | None:
+    if not config:
+        return None
+    q = config.get("quantization") or config.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    per_layer = q.get(module)
+    if isinstance(per_layer, dict) and "bits" in per_layer:
+        return int(per_layer["bits"])
+    bits = q.get("bits")
+    return int(bits) if isinstance(bits, (int, float)) else None
+
+
+def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None) -> WeightsSummary:
+    """Headers of every ``*.safetensors`` in ``folder`` (and shards named by the index)."""
+    folder = Path(folder)
+    errors: list[str] = []
+    files = sorted(p for p in folder.glob("*.safetensors") if p.is_file())
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+            for shard in sorted(set(weight_map.values())):
+                if not (folder / shard).is_file():
+                    errors.append(f"Shard {shard} listed in the index is missing.")
+        except (OSError, ValueError, AttributeError):
+            errors.append("model.safetensors.index.json is not valid JSON.")
+    pickles = tuple(
+        sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
+    ) if folder.is_dir() else ()
+    tensors: dict[str, TensorInfo] = {}
+    for f in files:
+        try:
+            tensors.update(read_header(f).tensors)
+        except HeaderError as exc:
+            errors.append(str(exc))
+    weight_bytes = sum(t.nbytes for t in tensors.values())
+    dtypes: dict[str, int] = {}
+    for t in tensors.values():
+        dtypes[t.dtype] = dtypes.get(t.dtype, 0) + t.nbytes
+    params = 0
+    for name, t in tensors.items():
+        if name.endswith((".scales", ".biases")):
+            base = name.rsplit(".", 1)[0]
+            if base + ".weight" in tensors and tensors[base + ".weight"].dtype == "U32":
+                continue  # quantization metadata, not parameters
+        if t.dtype == "U32" and name.endswith(".weight"):
+            base = name[: -len(".weight")]
+            if base + ".scales" in tensors:
+                bits = _quant_bits(config, base) or _infer_bits(t, tensors[base + ".scales"], config)
+                params += t.numel * 32 // max(bits, 1)
+                continue
+        params += t.numel
+    return WeightsSummary(
+        files=tuple(files),
+        tensors=tensors,
+        weight_bytes=weight_bytes,
+        param_count=params,
+        dtypes=dtypes,
+        errors=tuple(errors),
+        pickle_files=pickles,
+    )
+
+
+def _infer_bits(weight: TensorInfo, scales: TensorInfo, config: dict | None) -> int:
+    group = 64
+    q = (config or {}).get("quantization") or {}
+    if isinstance(q, dict) and isinstance(q.get("group_size"), int):
+        group = q["group_size"]
+    if weight.shape and scales.shape:
+        in_features = scales.shape[-1] * group
+        if in_features:
+            bits = weight.shape[-1] * 32 // in_features
+            if bits in (2, 3, 4, 5, 6, 8):
+                return bits
+    return 4
+
+
+_LAYER_RE = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
+
+
+def layer_index(name: str) -> int | None:
+    m = _LAYER_RE.match(name)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,318 @@
+"""The local checkpoint store: HF cache + DraftPair's models folder + imported folders.
+
+Public API:
+    Store(*, data_dir=None, hf_cache=None)       build once at start-up and pass it around
+        .list() -> list[StoreEntry]               every local checkpoint, with its kind
+        .get(name) -> StoreEntry | None           by entry name (repo id, folder name)
+        .import_folder(path, *, name=None, copy=False) -> StoreEntry
+        .remove(name, *, delete_files=None) -> RemoveResult   frees bytes (imported: forget only)
+        .models_dir, .hf_cache, .registry_path
+    hf_cache_dir() -> Path                        honours HF_HUB_CACHE / HF_HOME at call time
+    StoreEntry: name, path, source, size_bytes, info (CheckpointInfo) + shortcuts
+                (kind, architecture, param_count, dtype, quantization, vocab_size,
+                context_length, has_chat_template, unsupported_reason), to_dict()
+
+The registry of imported folders is a small JSON file written atomically (temp, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.checkpoints.inspect import CheckpointInfo, inspect_checkpoint
+from app.errors import DraftPairError
+
+REGISTRY_VERSION = 1
+SOURCE_HF = "hf-cache"
+SOURCE_MODELS = "models-folder"
+SOURCE_IMPORTED = "imported"
+SOURCE_BUILTIN = "built-in"
+
+
+class StoreError(DraftPairError):
+    pass
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment at call time."""
+    env = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if env:
+        return Path(os.path.expandvars(env)).expanduser()
+    home = os.environ.get("HF_HOME")
+    if home:
+        return Path(os.path.expandvars(home)).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def dir_size(path: Path) -> int:
+    """Bytes on disk under ``path`` (symlinks into the HF blob store are followed once)."""
+    total = 0
+    seen: set[tuple[int, int]] = set()
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.stat(os.path.join(root, f))
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key not in seen:
+                seen.add(key)
+                total += st.st_size
+    return total
+
+
+@dataclass
+class StoreEntry:
+    name: str
+    path: Path
+    source: str
+    size_bytes: int
+    info: CheckpointInfo
+    repo_id: str | None = None
+    revision: str | None = None
+
+    kind = property(lambda self: self.info.kind)
+    kind_label = property(lambda self: self.info.kind_label)
+    param_count = property(lambda self: self.info.param_count)
+    dtype = property(lambda self: self.info.dtype)
+    quantization = property(lambda self: self.info.quantization)
+    vocab_size = property(lambda self: self.info.effective_vocab)
+    context_length = property(lambda self: self.info.context_length)
+    has_chat_template = property(lambda self: self.info.has_chat_template)
+    unsupported_reason = property(lambda self: self.info.unsupported_reason)
+
+    @property
+    def architecture(self) -> str | None:
+        if self.info.architectures:
+            return self.info.architectures[0]
+        return self.info.model_type
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "source": self.source,
+            "size_bytes": self.size_bytes,
+            "kind": self.kind,
+            "architecture": self.architecture,
+            "model_type": self.info.model_type,
+            "param_count": self.param_count,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "vocab_size": self.vocab_size,
+            "context_length": self.context_length,
+            "has_chat_template": self.has_chat_template,
+            "unsupported_reason": self.unsupported_reason,
+            "repo_id": self.repo_id,
+            "revision": self.revision,
+        }
+
+
+@dataclass(frozen=True)
+class RemoveResult:
+    name: str
+    path: Path
+    freed_bytes: int
+    deleted: bool
+    message: str
+
+
+def _atomic_write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Store:
+    def __init__(self, *, data_dir: Path | None = None, hf_cache: Path | None = None):
+        if data_dir is None:
+            from app.resources import user_data_dir
+
+            data_dir = user_data_dir()
+        self.data_dir = Path(data_dir)
+        self.models_dir = self.data_dir / "models"
+        self.registry_path = self.data_dir / "models.json"
+        self._hf_cache = Path(hf_cache) if hf_cache else None
+
+    @property
+    def hf_cache(self) -> Path:
+        return self._hf_cache or hf_cache_dir()
+
+    # --- registry ---------------------------------------------------------------------------
+    def _read_registry(self) -> dict:
+        try:
+            data = json.loads(self.registry_path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("imported"), list):
+                return data
+        except (OSError, ValueError):
+            pass
+        return {"version": REGISTRY_VERSION, "imported": []}
+
+    def _write_registry(self, data: dict) -> None:
+        data["version"] = REGISTRY_VERSION
+        _atomic_write_json(self.registry_path, data)
+
+    # --- listing ----------------------------------------------------------------------------
+    def _hf_entries(self) -> list[StoreEntry]:
+        cache = self.hf_cache
+        if not cache.is_dir():
+            return []
+        from huggingface_hub import scan_cache_dir
+
+        try:
+            scanned = scan_cache_dir(cache)
+        except Exception:  # noqa: BLE001 - a broken cache must not break the listing
+            return []
+        out = []
+        for repo in sorted(scanned.repos, key=lambda r: r.repo_id):
+            if repo.repo_type != "model" or not repo.revisions:
+                continue
+            refs = repo.refs
+            rev = refs.get("main") or max(repo.revisions, key=lambda r: r.last_modified)
+            if not (rev.snapshot_path / "config.json").exists():
+                continue
+            info = inspect_checkpoint(rev.snapshot_path, read_tokenizer_files=False)
+            out.append(
+                StoreEntry(
+                    name=repo.repo_id,
+                    path=rev.snapshot_path,
+                    source=SOURCE_HF,
+                    size_bytes=repo.size_on_disk,
+                    info=info,
+                    repo_id=repo.repo_id,
+                    revision=rev.commit_hash,
+                )
+            )
+        return out
+
+    def _folder_entries(self) -> list[StoreEntry]:
+        out = []
+        if self.models_dir.is_dir():
+            for p in sorted(self.models_dir.iterdir()):
+                if p.is_dir() and (p / "config.json").exists():
+                    info = inspect_checkpoint(p, read_tokenizer_files=False)
+                    out.append(StoreEntry(p.name, p, SOURCE_MODELS, dir_size(p), info))
+        for item in self._read_registry()["imported"]:
+            if not isinstance(item, dict) or "path" not in item:
+                continue
+            p = Path(item["path"])
+            info = inspect_checkpoint(p, read_tokenizer_files=False)
+            if not p.exists():
+                info.unsupported_reason = "The imported folder no longer exists."
+            out.append(StoreEntry(str(item.get("name") or p.name), p, SOURCE_IMPORTED, dir_size(p) if p.exists() else 0, info))
+        return out
+
+    def _builtin_entries(self) -> list[StoreEntry]:
+        try:
+            from app.demo.target import demo_draft_path
+        except ImportError:
+            return []
+        try:
+            p = Path(demo_draft_path())
+        except Exception:  # noqa: BLE001 - a missing demo must not break the listing
+            return []
+        if not (p / "config.json").exists():
+            return []
+        return [StoreEntry("demo-draft", p, SOURCE_BUILTIN, dir_size(p), inspect_checkpoint(p, read_tokenizer_files=False))]
+
+    def list(self) -> list[StoreEntry]:
+        entries = self._builtin_entries() + self._folder_entries() + self._hf_entries()
+        seen: set[str] = set()
+        out = []
+        for e in entries:
+            name = e.name
+            n = 2
+            while name in seen:
+                name = f"{e.name} ({n})"
+                n += 1
+            e.name = name
+            seen.add(name)
+            out.append(e)
+        return out
+
+    def get(self, name: str) -> StoreEntry | None:
+        for e in self.list():
+            if e.name == name:
+                return e
+        return None
+
+    # --- changes ----------------------------------------------------------------------------
+    def import_folder(self, path: str | os.PathLike[str], *, name: str | None = None, copy: bool = False) -> StoreEntry:
+        src = Path(path).expanduser().resolve()
+        if not src.is_dir():
+            raise StoreError(f"{src} is not a folder.")
+        if not (src / "config.json").is_file():
+            raise StoreError(f"{src} has no config.json, so it is not a model folder.")
+        name = name or src.name
+        existing = {e.name for e in self.list()}
+        if copy:
+            dest = self.models_dir / name
+            if dest.exists():
+                raise StoreError(f"A model named {name!r} already exists in {self.models_dir}.")
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            ignore = shutil.ignore_patterns("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", ".git")
+            shutil.copytree(src, dest, ignore=ignore)
+            info = inspect_checkpoint(dest, read_tokenizer_files=False)
+            return StoreEntry(name, dest, SOURCE_MODELS, dir_size(dest), info)
+        reg = self._read_registry()
+        if any(Path(i.get("path", "")) == src for i in reg["imported"] if isinstance(i, dict)):
+            raise StoreError(f"{src} is already imported.")
+        if name in existing:
+            raise StoreError(f"A model named {name!r} already exists; choose another name.")
+        reg["imported"].append({"name": name, "path": str(src)})
+        self._write_registry(reg)
+        info = inspect_checkpoint(src, read_tokenizer_files=False)
+        return StoreEntry(name, src, SOURCE_IMPORTED, dir_size(src), info)
+
+    def remove(self, name: str, *, delete_files: bool | None = None) -> RemoveResult:
+        """Remove an entry. HF cache and models-folder entries are deleted from disk; imported
+        folders are only forgotten unless ``delete_files=True``."""
+        entry = self.get(name)
+        if entry is None:
+            raise StoreError(f"No local model is named {name!r}.")
+        if entry.source == SOURCE_BUILTIN:
+            raise StoreError("The built-in demo models cannot be removed.")
+        if entry.source == SOURCE_IMPORTED:
+            reg = self._read_registry()
+            reg["imported"] = [i for i in reg["imported"] if not (isinstance(i, dict) and i.get("name") == entry.name)]
+            self._write_registry(reg)
+            if delete_files and entry.path.exists():
+                freed = dir_size(entry.path)
+                shutil.rmtree(entry.path)
+                return RemoveResult(entry.name, entry.path, freed, True, f"Deleted {entry.path}.")
+            return RemoveResult(entry.name, entry.path, 0, False, f"Forgot {entry.name}; the folder {entry.path} was left in place.")
+        if delete_files is False:
+            raise StoreError(f"{entry.name} lives in {entry.source}; removing it deletes its files.")
+        if entry.source == SOURCE_HF:
+            from huggingface_hub import scan_cache_dir
+
+            scanned = scan_cache_dir(self.hf_cache)
+            repo = next(r for r in scanned.repos if r.repo_id == entry.repo_id and r.repo_type == "model")
+            strategy = scanned.delete_revisions(*(r.commit_hash for r in repo.revisions))
+            strategy.execute()
+            if repo.repo_path.exists():  # leftovers (refs, locks, .no_exist) of a now empty repo
+                shutil.rmtree(repo.repo_path, ignore_errors=True)
+            return RemoveResult(
+                entry.name, repo.repo_path, strategy.expected_freed_size, True,
+                f"Deleted {entry.repo_id} from the Hugging Face cache.",
+            )
+        freed = entry.size_bytes
+        if self.models_dir.resolve() not in entry.path.resolve().parents:
+            raise StoreError(f"Refusing to delete {entry.path}: it is outside {self.models_dir}.")
+        shutil.rmtree(entry.path)
+        return RemoveResult(entry.name, entry.path, freed, True, f"Deleted {entry.path}.")

@@ -1,0 +1,228 @@
+"""Read a checkpoint's tokenizer files as data (no tokenizer library, no remote code).
+
+Public API:
+    read_tokenizer(folder) -> TokenizerInfo | None     None when the folder has no tokenizer files
+    TokenizerInfo: id_to_token, vocab_type, special tokens, add_bos/add_eos, eos ids,
+                   normalizer/pre-tokenizer (as JSON), chat template, problems found.
+
+Used by the pairing check to compare two tokenizers on the token text <-> id mapping itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "tokenizer.model",
+    "tekken.json",
+)
+
+
+@dataclass
+class TokenizerInfo:
+    folder: Path
+    source: str  # tokenizer.json | vocab.json | tokenizer.model | none
+    vocab_type: str | None  # BPE, WordPiece, Unigram, WordLevel, SentencePiece, ...
+    id_to_token: dict[int, str] = field(default_factory=dict)
+    special_ids: set[int] = field(default_factory=set)
+    added: dict[int, str] = field(default_factory=dict)
+    bos_token: str | None = None
+    eos_token: str | None = None
+    pad_token: str | None = None
+    add_bos: bool | None = None
+    add_eos: bool | None = None
+    eos_ids: set[int] = field(default_factory=set)
+    normalizer: Any = None
+    pre_tokenizer: Any = None
+    decoder: Any = None
+    chat_template: str | None = None
+    file_digest: str | None = None  # for formats we cannot read token by token
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return (max(self.id_to_token) + 1) if self.id_to_token else 0
+
+    def token_id(self, text: str | None) -> int | None:
+        if text is None:
+            return None
+        for i, t in self.added.items():
+            if t == text:
+                return i
+        for i, t in self.id_to_token.items():
+            if t == text:
+                return i
+        return None
+
+    @property
+    def mapping_known(self) -> bool:
+        return bool(self.id_to_token)
+
+
+def _load_json(path: Path, problems: list[str]) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
+        return None
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def read_chat_template(folder: Path, tok_config: dict | None) -> str | None:
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+    ct_json = folder / "chat_template.json"
+    if ct_json.is_file():
+        try:
+            data = json.loads(ct_json.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("chat_template"), str):
+                return data["chat_template"]
+        except (OSError, ValueError):
+            return None
+    template = (tok_config or {}).get("chat_template")
+    if isinstance(template, list):  # named templates: keep the default one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template if isinstance(template, str) else None
+
+
+def has_tokenizer_files(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
+    folder = Path(folder)
+    if not has_tokenizer_files(folder):
+        return None
+    problems: list[str] = []
+    tok_json = _load_json(folder / "tokenizer.json", problems)
+    tok_cfg = _load_json(folder / "tokenizer_config.json", problems)
+    if not isinstance(tok_cfg, dict):
+        tok_cfg = {}
+    special_map = _load_json(folder / "special_tokens_map.json", problems)
+    if not isinstance(special_map, dict):
+        special_map = {}
+    info = TokenizerInfo(folder=folder, source="none", vocab_type=None, problems=problems)
+
+    if isinstance(tok_json, dict) and isinstance(tok_json.get("model"), dict):
+        info.source = "tokenizer.json"
+        model = tok_json["model"]
+        info.vocab_type = str(model.get("type") or ("BPE" if "merges" in model else "unknown"))
+        vocab = model.get("vocab")
+        if isinstance(vocab, dict):
+            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if isinstance(i, int)}
+        elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+            info.id_to_token = {
+                i: str(p[0] if isinstance(p, list) else p) for i, p in enumerate(vocab)
+            }
+        for tok in tok_json.get("added_tokens") or []:
+            if isinstance(tok, dict) and isinstance(tok.get("id"), int):
+                info.id_to_token[tok["id"]] = str(tok.get("content"))
+                info.added[tok["id"]] = str(tok.get("content"))
+                if tok.get("special"):
+                    info.special_ids.add(tok["id"])
+        info.normalizer = tok_json.get("normalizer")
+        info.pre_tokenizer = tok_json.get("pre_tokenizer")
+        info.decoder = tok_json.get("decoder")
+        post = tok_json.get("post_processor")
+        if isinstance(post, dict):
+            info.add_bos, info.add_eos = _post_processor_flags(post)
+    elif (folder / "vocab.json").is_file():
+        vocab = _load_json(folder / "vocab.json", problems)
+        if isinstance(vocab, dict):
+            info.source = "vocab.json"
+            info.vocab_type = "BPE"
+            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if isinstance(i, int)}
+    elif (folder / "tokenizer.model").is_file() or (folder / "tekken.json").is_file():
+        name = "tokenizer.model" if (folder / "tokenizer.model").is_file() else "tekken.json"
+        info.source = name
+        info.vocab_type = "SentencePiece" if name == "tokenizer.model" else "Tekken"
+        try:
+            info.file_digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        except OSError:
+            problems.append(f"{name} cannot be read.")
+    elif isinstance(tok_json, dict):
+        problems.append("tokenizer.json has no model section.")
+
+    decoder_map = tok_cfg.get("added_tokens_decoder")
+    if isinstance(decoder_map, dict):
+        for key, tok in decoder_map.items():
+            try:
+                idx = int(key)
+            except ValueError:
+                continue
+            text = _token_text(tok)
+            if text is None:
+                continue
+            if idx not in info.added:
+                info.added[idx] = text
+                info.id_to_token.setdefault(idx, text)
+            if isinstance(tok, dict) and tok.get("special"):
+                info.special_ids.add(idx)
+
+    for attr in ("bos_token", "eos_token", "pad_token"):
+        text = _token_text(tok_cfg.get(attr)) or _token_text(special_map.get(attr))
+        setattr(info, attr, text)
+    if isinstance(tok_cfg.get("add_bos_token"), bool):
+        info.add_bos = tok_cfg["add_bos_token"]
+    if isinstance(tok_cfg.get("add_eos_token"), bool):
+        info.add_eos = tok_cfg["add_eos_token"]
+    if info.add_bos is None:
+        info.add_bos = False
+    if info.add_eos is None:
+        info.add_eos = False
+    eos_id = info.token_id(info.eos_token)
+    if eos_id is not None:
+        info.eos_ids.add(eos_id)
+    for name in ("config.json", "generation_config.json"):
+        data = _load_json(folder / name, []) if (folder / name).is_file() else None
+        if isinstance(data, dict):
+            value = data.get("eos_token_id")
+            if isinstance(value, int):
+                info.eos_ids.add(value)
+            elif isinstance(value, list):
+                info.eos_ids.update(v for v in value if isinstance(v, int))
+    info.chat_template = read_chat_template(folder, tok_cfg)
+    return info
+
+
+def _post_processor_flags(post: dict) -> tuple[bool | None, bool | None]:
+    """Whether the post-processor adds a special token before/after a single sequence."""
+    kind = post.get("type")
+    if kind == "Sequence":
+        add_bos = add_eos = None
+        for p in post.get("processors") or []:
+            if isinstance(p, dict):
+                b, e = _post_processor_flags(p)
+                add_bos = add_bos or b
+                add_eos = add_eos or e
+        return add_bos, add_eos
+    if kind == "TemplateProcessing":
+        single = post.get("single") or []
+        pieces = ["special" if "SpecialToken" in p else "seq" for p in single if isinstance(p, dict)]
+        if "seq" in pieces:
+            i = pieces.index("seq")
+            return ("special" in pieces[:i]), ("special" in pieces[i + 1 :])
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        return True, True
+    return None, None

@@ -171,3 +171,48 @@ def _token_id(folder: Path, text: str) -> int:
         if t["content"] == text:
             return int(t["id"])
     return int(data["model"]["vocab"][text])
+
+
+def make_trained_checkpoint(
+    folder: Path,
+    *,
+    steps: int = 150,
+    seed: int = 0,
+    lr: float = 3e-3,
+    **kwargs,
+) -> Path:
+    """A tiny llama trained for a few seconds on CORPUS: it produces corpus-like text, so
+    prompt lookup finds matches and two such models agree on part of their tokens."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+    from mlx_lm.utils import load_model, save_model
+
+    folder = Path(make_checkpoint(folder, seed=seed, **kwargs))
+    model, _ = load_model(folder)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids: list[int] = []
+    for text in CORPUS[:10]:
+        ids.extend(tok.encode(text).ids)
+    data = mx.array(ids, dtype=mx.int32)
+    seq = 48
+    starts = list(range(0, len(ids) - seq - 1, 7))
+    rng = random.Random(seed)
+    optimizer = optim.Adam(learning_rate=lr)
+
+    def loss_fn(m, x, y):
+        return nn.losses.cross_entropy(m(x), y).mean()
+
+    grad_fn = nn.value_and_grad(model, loss_fn)
+    mx.random.seed(seed)
+    for _ in range(steps):
+        batch = rng.sample(starts, min(8, len(starts)))
+        x = mx.stack([data[s : s + seq] for s in batch])
+        y = mx.stack([data[s + 1 : s + seq + 1] for s in batch])
+        loss, grads = grad_fn(model, x, y)
+        optimizer.update(model, grads)
+        mx.eval(model.parameters(), optimizer.state, loss)
+    save_model(folder, model)
+    return folder

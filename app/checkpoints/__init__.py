@@ -1,0 +1,13 @@
+"""Checkpoints: find, download, import, convert, and the pairing check (no Qt, no mlx at import).
+
+Public API (import from the submodules; each is light to import):
+    store.Store(data_dir=None, hf_cache=None)      .list() .get(name) .import_folder(path) .remove(name)
+    store.StoreEntry                               name, path, source, size_bytes, kind, param_count, ...
+    inspect.inspect_checkpoint(path) -> CheckpointInfo
+    pairing.check(target, draft=None, kind=None, context=4096) -> PairingReport
+    pairing.suggest_drafts(target, store=None, context=4096) -> Suggestions
+    memory.estimate_memory(target, draft, context=...) -> MemoryEstimate; memory.memory_budget()
+    hub.search(query) / hub.repo_info(repo_id) / hub.download(repo_id, progress=, cancel=)
+    convert.convert(source, quantize=False, ...) -> Path
+    resolve.resolve_model(name_or_path) -> Path
+"""

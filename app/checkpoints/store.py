@@ -204,7 +204,7 @@ class Store:
         out = []
         if self.models_dir.is_dir():
             for p in sorted(self.models_dir.iterdir()):
-                if p.is_dir() and (p / "config.json").exists():
+                if p.is_dir() and not p.name.startswith(".") and (p / "config.json").exists():
                     info = inspect_checkpoint(p, read_tokenizer_files=False)
                     out.append(StoreEntry(p.name, p, SOURCE_MODELS, dir_size(p), info))
         for item in self._read_registry()["imported"]:

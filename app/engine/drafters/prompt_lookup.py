@@ -66,7 +66,7 @@ class PromptLookupDrafter(Drafter):
         ngram_max: int = 3,
         adaptive: bool = True,
         pause_after: int = 2,
-        start_width: int = 4,
+        start_width: int = 3,
     ):
         if not 1 <= ngram_min <= ngram_max <= 16:
             raise ValueError("n-gram sizes must satisfy 1 <= min <= max <= 16")
@@ -93,13 +93,16 @@ class PromptLookupDrafter(Drafter):
     def propose(self, committed: list[int], k: int) -> Proposal | None:
         if k <= 0:
             return None
-        width = k if not self.adaptive else min(k, self.width or self.start_width)
-        cont, _ = self.index.lookup(width)
+        cont, n = self.index.lookup(k)
         if self.paused:
             self.shadow = cont
             return None
         if not cont:
             return None
+        if self.adaptive:
+            # a match of the longest n-gram size is strong evidence of copying: go wide
+            width = self.width or (k if n >= self.ngram_max else self.start_width)
+            cont = cont[: min(k, width)]
         return Proposal(tokens=mx.array(cont, dtype=mx.uint32))
 
     def observe(
@@ -117,7 +120,7 @@ class PromptLookupDrafter(Drafter):
             if self.paused and self.shadow and new_tokens and new_tokens[0] == self.shadow[0]:
                 self.paused = False  # a lookup would have paid: resume
                 self.misses = 0
-                self.width = self.start_width
+                self.width = None
                 self.n_resumes += 1
             self.shadow = []
             return
@@ -130,7 +133,7 @@ class PromptLookupDrafter(Drafter):
                 self.n_pauses += 1
         else:
             self.misses = 0
-            self.width = k * 2 if accepted == k else accepted + 1
+            self.width = 64 if accepted == k else accepted + 1  # all accepted: go full width
 
     def stats(self) -> dict[str, Any]:
         return {"pauses": self.n_pauses, "resumes": self.n_resumes}

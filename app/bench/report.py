@@ -1,0 +1,165 @@
+"""Write a report: report.json (raw runs + summary), runs.csv, report.md, speedup.png."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from app.bench.runner import BenchReport
+
+CSV_TIMINGS = (
+    "prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
+    "predicted_per_second", "ttft_ms", "draft_n", "draft_n_accepted", "draft_rounds",
+    "accept_len_mean", "acceptance_rate", "tokens_per_verify", "verify_passes", "draft_ms",
+    "verify_ms", "rollback_ms", "peak_memory_bytes", "acceptance_rule", "fallback",
+)
+CSV_RUN = (
+    "task_id", "task_kind", "condition", "engine", "draft_kind", "width", "temperature",
+    "repeat", "attempt", "seed", "finish_reason", "output_n", "superseded", "error",
+)
+
+
+def write_report(report: BenchReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write the four files into ``out_dir`` (created if needed); returns their paths."""
+    from app.bench.chart import render_speedup_chart
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "json": (out / "report.json", json.dumps(report.to_dict(), indent=1).encode()),
+        "csv": (out / "runs.csv", runs_csv(report).encode()),
+        "md": (out / "report.md", markdown(report).encode()),
+        "png": (out / "speedup.png", render_speedup_chart(report.summary)),
+    }
+    for path, data in files.values():
+        _atomic_write(path, data)
+    return {k: p for k, (p, _) in files.items()}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def runs_csv(report: BenchReport) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*CSV_RUN, "decode_tps", "other_cores_mean", "other_cores_peak",
+                "contention_flagged", *CSV_TIMINGS])
+    for r in report.runs:
+        d = r.to_dict()
+        w.writerow([
+            *(d[k] for k in CSV_RUN), _num(r.decode_tps),
+            r.contention.get("mean_other_cores"), r.contention.get("peak_other_cores"),
+            r.flagged, *(_num(r.timings.get(k)) for k in CSV_TIMINGS),
+        ])
+    return buf.getvalue()
+
+
+def _num(v: Any) -> Any:
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def _f(v: float | None, fmt: str = ".2f", suffix: str = "") -> str:
+    return "-" if v is None else f"{v:{fmt}}{suffix}"
+
+
+def _identity(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    if d["identical"]:
+        return f"identical ({d['len_a']})"
+    return f"diverges @{d['first_divergence']} ({d['len_a']}/{d['len_b']})"
+
+
+def markdown(report: BenchReport) -> str:
+    s = report.summary
+    env = report.environment
+    cfg = report.config
+    lines = ["# DraftPair benchmark", ""]
+    if report.cancelled:
+        lines += ["**Cancelled before the end: partial results.**", ""]
+    ck = env.get("checkpoints", {})
+    pair = ck.get("target", {}).get("name", "?")
+    if "draft" in ck:
+        pair += f" + draft {ck['draft']['name']}"
+    lines += [
+        f"Pair: {pair}. Started {report.started_at}, {report.duration_s:.0f} s. "
+        f"Runs per condition: {cfg['runs']}; temperatures: "
+        f"{', '.join(f'{t:g}' for t in cfg['temperatures'])}"
+        + ("; quick mode (short outputs)." if cfg.get("quick") else "."),
+        "",
+        "Speedup = median over repeats of the decode-rate ratio to DraftPair's plain decoding "
+        "(tokens after prefill / time from end of prompt processing to the last token). "
+        "Verdict (fixed in advance): *faster* if every run beat every plain run, *slower* if "
+        "every run lost, else *no clear difference*. Accepted/round = accepted draft tokens "
+        "per verify round (bonus excluded).",
+        "",
+    ]
+    ct = s.get("contention", {})
+    if ct.get("flagged_measured") or ct.get("superseded"):
+        lines += [
+            f"> Contention: {ct['flagged_measured']} measured run(s) overlapped other work "
+            f"(> {ct['threshold_cores']} cores used by other processes); "
+            f"{ct['superseded']} flagged run(s) were re-run. Treat ratios as indicative.",
+            "",
+        ]
+    if report.skipped:
+        lines += ["Not measured: " + "; ".join(f"{k} ({v})" for k, v in report.skipped.items()),
+                  ""]
+    for temp in cfg["temperatures"]:
+        rows = [r for r in s["rows"] if r["temperature"] == temp]
+        if not rows:
+            continue
+        lines += [f"## Temperature {temp:g}", "",
+                  "| task | kind | condition | tok/s | speedup | verdict | accepted/round | "
+                  "tokens/verify | prefill tok/s | TTFT ms | identity vs off (T=0) |",
+                  "|---|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
+        for r in rows:
+            verdict = r["verdict"] + (f" (n={r['runs']})" if r["condition"] != "off" else "")
+            flag = " ⚠" if r["flagged_runs"] else ""
+            lines.append(
+                f"| {r['task_id']} | {r['task_kind']} | {r['condition']}{flag} | "
+                f"{_f(r['decode_tps'], '.1f')} | {_f(r['speedup'], '.2f', 'x')} | {verdict} | "
+                f"{_f(r['accept_len_mean'])} | {_f(r['tokens_per_verify'])} | "
+                f"{_f(r['prompt_per_second'], '.0f')} | {_f(r['ttft_ms'], '.0f')} | "
+                f"{_identity(r['identity_vs_off']) if temp == 0 else '-'} |"
+            )
+        lines.append("")
+    if s.get("peer_rows"):
+        lines += ["## DraftPair vs mlx-lm (same pair, prompts and width)", "",
+                  "| task | T | DraftPair | mlx-lm | DraftPair tok/s | mlx-lm tok/s | ratio | "
+                  "verdict |", "|---|---:|---|---|---:|---:|---:|---|"]
+        for p in s["peer_rows"]:
+            lines.append(
+                f"| {p['task_id']} | {p['temperature']:g} | {p['draftpair']} | {p['peer']} | "
+                f"{_f(p['draftpair_tps'], '.1f')} | {_f(p['peer_tps'], '.1f')} | "
+                f"{_f(p['speedup'], '.2f', 'x')} | {p['verdict']} |"
+            )
+        lines.append("")
+    lines += ["## Goals (issue 5)", "", "| goal | target | measured | met |", "|---|---:|---:|---|"]
+    for g in s.get("goals", []):
+        met = "-" if g["met"] is None else ("yes" if g["met"] else "**no**")
+        lines.append(f"| {g['what']} | {g['target']:.2f}x | {_f(g['figure'], '.2f', 'x')} | {met} |")
+    lines.append("")
+    try:
+        from app.bench.recommend import recommend_drafters
+
+        recs = recommend_drafters(report, temperature=cfg["temperatures"][0])
+    except Exception:  # a recommendation must never block writing the report
+        recs = {}
+    if recs:
+        lines += ["## Recommended drafter per task kind", ""]
+        for kind, rec in sorted(recs.items()):
+            lines.append(f"- **{kind}**: {rec.draft_kind} — {rec.reason}")
+        lines.append("")
+    lines += ["## Environment", "", "```", json.dumps(env, indent=1), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,401 @@
+"""Run the suite: every task x temperature x condition, N repeats, interleaved, judged.
+
+Method (issue 5, DESIGN.md "Measurement rules"):
+- conditions: ``off`` (DraftPair plain), each draft kind the pair supports at its width, and
+  the peer rows ``mlx-lm plain`` / ``mlx-lm speculative`` on the same loaded weights;
+- one warm-up request per condition and temperature before measuring (not recorded);
+- for each task and temperature the repeats run back to back, conditions interleaved and the
+  order reversed every other repeat (A B C, C B A, ...), so drift of the machine hits every
+  condition alike and each repeat's ratio compares neighbours in time;
+- each measured request starts with fresh drafter state (the engine builds the drafter per
+  request) and the same seed for every condition of a repeat;
+- the contention sampler flags runs that overlapped other work; a flagged run is re-run (up to
+  ``max_reruns`` times) and the flagged original is kept in the raw data as ``superseded``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.bench.suite import Task, load_suite, select_tasks
+from app.errors import DraftPairError
+
+OFF = "off"
+PEER_PLAIN = "mlx-lm plain"
+PEER_SPEC = "mlx-lm speculative"
+DRAFT_KINDS = ("prompt-lookup", "full-model")
+DEFAULT_WIDTHS = {"prompt-lookup": 7, "full-model": 4}
+QUICK_MAX_TOKENS = 32
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: str = "demo"
+    draft_model: str | None = None  # None: the shipped demo draft when model is "demo"
+    kinds: tuple[str, ...] | None = None  # None: every kind the pair supports
+    runs: int = 3
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    widths: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WIDTHS))
+    task_ids: tuple[str, ...] | None = None
+    suite_path: str | None = None
+    quick: bool = False
+    max_tokens: int | None = None  # overrides every task's max_tokens
+    peers: bool = True
+    contention_threshold: float = 0.5  # cores used by other processes
+    contention_interval_s: float = 2.0
+    max_reruns: int = 1
+    seed: int = 0
+
+    @classmethod
+    def quick_preset(cls, **overrides: Any) -> BenchConfig:
+        """About a minute on the demo pair: the quick tasks, T=0, one run, short outputs.
+
+        Flagged runs are reported but not re-run (a re-run would double the time)."""
+        base: dict[str, Any] = dict(
+            quick=True, runs=1, temperatures=(0.0,), max_tokens=QUICK_MAX_TOKENS, max_reruns=0
+        )
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str  # "off", a draft kind, or a peer row
+    engine: str  # "draftpair" | "mlx-lm"
+    draft_kind: str  # "none" | "prompt-lookup" | "full-model"
+    width: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    message: str
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    task_id: str
+    task_kind: str
+    condition: str
+    engine: str
+    draft_kind: str
+    width: int
+    temperature: float
+    repeat: int
+    seed: int
+    finish_reason: str
+    output_n: int
+    tokens: tuple[int, ...]
+    text: str
+    timings: dict[str, Any]
+    contention: dict[str, Any]
+    superseded: bool = False  # flagged for contention and replaced by a re-run
+    attempt: int = 0
+    error: str | None = None
+    rounds_n: int = 0
+
+    @property
+    def decode_tps(self) -> float:
+        return float(self.timings.get("predicted_per_second") or 0.0)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.contention.get("flagged"))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tokens"] = list(self.tokens)
+        return d
+
+
+@dataclass
+class BenchReport:
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    tasks: list[dict[str, Any]]
+    conditions: list[Condition]
+    runs: list[RunRecord]
+    skipped: dict[str, str]  # draft kind -> why it was not benchmarked
+    started_at: str
+    duration_s: float = 0.0
+    cancelled: bool = False
+    contention_timeline: list[dict[str, float]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def measured(self) -> list[RunRecord]:
+        """Runs that count (not superseded by a re-run, no error)."""
+        return [r for r in self.runs if not r.superseded and r.error is None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 2),
+            "cancelled": self.cancelled,
+            "config": self.config,
+            "environment": self.environment,
+            "tasks": self.tasks,
+            "conditions": [asdict(c) for c in self.conditions],
+            "skipped": self.skipped,
+            "summary": self.summary,
+            "runs": [r.to_dict() for r in self.runs],
+            "contention_timeline": self.contention_timeline,
+        }
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def run_bench(
+    config: BenchConfig,
+    *,
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+    session: Any = None,
+) -> BenchReport:
+    """Run the benchmark and return its report (summary included).
+
+    Call it on the thread that owns MLX. ``session``: an ``app.engine.session.Session``
+    with the target (and draft) already loaded; otherwise one is built from
+    ``config.model`` / ``config.draft_model``. ``cancel`` is checked between runs and inside
+    DraftPair requests; a cancelled bench returns what it measured with ``cancelled=True``.
+    Raises ``DraftPairError`` (one sentence) for a bad suite, model or option.
+    """
+    from app.bench.contention import ContentionSampler, read_now
+    from app.bench.environment import collect_environment
+    from app.bench.summary import summarize
+
+    cancel = cancel or threading.Event()
+    say = progress or (lambda p: None)
+    if config.runs < 1:
+        raise DraftPairError("The number of runs must be at least 1.")
+    if not config.temperatures or any(t < 0 for t in config.temperatures):
+        raise DraftPairError("Temperatures must be zero or positive.")
+    tasks = select_tasks(
+        load_suite(config.suite_path), ids=list(config.task_ids or []), quick=config.quick
+    )
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t0 = time.perf_counter()
+    if session is None:
+        say(Progress(0, 1, f"loading {config.model}"))
+        session = _load_session(config)
+    conditions, skipped = plan_conditions(session, config)
+    prompts = {t.id: _encode(session, t) for t in tasks}
+    environment = collect_environment({"target": session.target, "draft": session.draft})
+    report = BenchReport(
+        config=config.to_dict(),
+        environment=environment,
+        tasks=[
+            {"id": t.id, "kind": t.kind, "title": t.title, "prompt_n": len(prompts[t.id]),
+             "max_tokens": _max_tokens(config, t)}
+            for t in tasks
+        ],
+        conditions=conditions,
+        runs=[],
+        skipped=skipped,
+        started_at=started_at,
+    )
+    n_warm = len(conditions) * len(config.temperatures)
+    total = n_warm + len(tasks) * len(config.temperatures) * config.runs * len(conditions)
+    done = 0
+    with ContentionSampler(
+        interval_s=config.contention_interval_s, threshold_cores=config.contention_threshold
+    ) as sampler:
+        # warm-up: first-use costs (allocations, verify widths) are not measured
+        warm_prompt = prompts[tasks[0].id]
+        for temp in config.temperatures:
+            for cond in conditions:
+                if cancel.is_set():
+                    break
+                say(Progress(done, total, f"warm-up {cond.name} T={temp:g}"))
+                _execute(session, cond, warm_prompt, WARMUP_TOKENS, temp, config.seed, cancel)
+                done += 1
+        for task in tasks:
+            for temp in config.temperatures:
+                for rep in range(config.runs):
+                    order = conditions if rep % 2 == 0 else list(reversed(conditions))
+                    for cond in order:
+                        if cancel.is_set():
+                            report.cancelled = True
+                            break
+                        say(Progress(done, total, f"{task.id} T={temp:g} run {rep + 1}/"
+                                     f"{config.runs}: {cond.name}"))
+                        for attempt in range(config.max_reruns + 1):
+                            start = read_now()
+                            out = _execute(session, cond, prompts[task.id],
+                                           _max_tokens(config, task), temp,
+                                           config.seed + rep, cancel)
+                            verdict = sampler.assess(start, read_now())
+                            last = attempt == config.max_reruns or cancel.is_set()
+                            record = RunRecord(
+                                task_id=task.id, task_kind=task.kind, condition=cond.name,
+                                engine=cond.engine, draft_kind=cond.draft_kind,
+                                width=cond.width, temperature=temp, repeat=rep,
+                                seed=config.seed + rep, contention=verdict.to_dict(),
+                                superseded=verdict.flagged and not last, attempt=attempt,
+                                **out,
+                            )
+                            report.runs.append(record)
+                            if not record.superseded:
+                                break
+                            say(Progress(done, total, f"{task.id}: {cond.name} overlapped "
+                                         f"other work ({verdict.peak_other_cores:.1f} cores), "
+                                         "re-running"))
+                        if out["finish_reason"] == "cancelled":
+                            report.cancelled = True
+                        done += 1
+        report.contention_timeline = [
+            {**w, "t0": round(w["t0"] - t0, 2), "t1": round(w["t1"] - t0, 2)}
+            for w in sampler.timeline()
+        ]
+    report.cancelled = report.cancelled or cancel.is_set()
+    report.duration_s = time.perf_counter() - t0
+    report.summary = summarize(report)
+    say(Progress(total, total, "done"))
+    return report
+
+
+def _max_tokens(config: BenchConfig, task: Task) -> int:
+    return config.max_tokens or task.max_tokens
+
+
+def _load_session(config: BenchConfig) -> Any:
+    from app.engine.session import Session
+
+    session = Session()
+    session.load_target(config.model)
+    draft = resolve_draft(config)
+    wants_draft = config.kinds is None or "full-model" in config.kinds
+    if draft is not None and wants_draft:
+        session.load_draft(draft)
+    return session
+
+
+def resolve_draft(config: BenchConfig) -> str | None:
+    if config.draft_model:
+        return config.draft_model
+    if config.model == "demo":
+        from app.demo.target import demo_draft_available, demo_draft_path
+
+        if demo_draft_available():
+            return str(demo_draft_path())
+    return None
+
+
+def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition], dict[str, str]]:
+    """The conditions to measure, and the kinds left out with the reason."""
+    available = session.available_kinds()
+    wanted = config.kinds if config.kinds is not None else DRAFT_KINDS
+    unknown = [k for k in wanted if k not in available]
+    if unknown:
+        raise DraftPairError(
+            f"Unknown draft kind {unknown[0]!r}; choose from {', '.join(DRAFT_KINDS)}."
+        )
+    conditions = [Condition(OFF, "draftpair", "none", 0)]
+    skipped: dict[str, str] = {}
+    for kind in wanted:
+        if kind == "none":
+            continue
+        reason = available.get(kind)
+        if reason is None and kind not in DRAFT_KINDS:
+            reason = "not implemented by this version of DraftPair"
+        if reason:
+            skipped[kind] = reason
+            continue
+        width = int(config.widths.get(kind, DEFAULT_WIDTHS.get(kind, 4)))
+        conditions.append(Condition(kind, "draftpair", kind, width))
+    if config.peers:
+        conditions.append(Condition(PEER_PLAIN, "mlx-lm", "none", 0))
+        if any(c.draft_kind == "full-model" for c in conditions):
+            width = int(config.widths.get("full-model", DEFAULT_WIDTHS["full-model"]))
+            conditions.append(Condition(PEER_SPEC, "mlx-lm", "full-model", width))
+    return conditions, skipped
+
+
+def _encode(session: Any, task: Task) -> list[int]:
+    from app.engine.events import GenerationRequest
+
+    return session.encode(GenerationRequest(messages=task.messages))
+
+
+def _execute(
+    session: Any,
+    cond: Condition,
+    prompt: list[int],
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    cancel: threading.Event,
+) -> dict[str, Any]:
+    """One request; returns the RunRecord fields that describe its outcome."""
+    if cond.engine == "mlx-lm":
+        return _execute_peer(session, cond, prompt, max_tokens, temperature, seed)
+    from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
+
+    request = GenerationRequest(
+        prompt_tokens=tuple(prompt),
+        draft_kind=cond.draft_kind,
+        draft_width=cond.width or None,
+        sampling=SamplingParams(temperature=temperature, seed=seed),
+        max_tokens=max_tokens,
+        allow_fallback=False,
+        memory_interval_s=3600.0,
+    )
+    done: DoneEvent | None = None
+    for ev in session.generate(request, cancel=cancel):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return {
+        "finish_reason": done.finish_reason,
+        "output_n": len(done.token_ids),
+        "tokens": tuple(done.token_ids),
+        "text": done.text,
+        "timings": done.timings.to_dict(),
+        "error": done.error,
+        "rounds_n": len(done.rounds),
+    }
+
+
+def _execute_peer(
+    session: Any, cond: Condition, prompt: list[int], max_tokens: int, temperature: float,
+    seed: int,
+) -> dict[str, Any]:
+    from app.bench.peers import run_mlx_lm
+
+    target = session.target
+    draft = session.draft.model if cond.draft_kind == "full-model" else None
+    try:
+        res = run_mlx_lm(
+            model=target.model, tokenizer=target.tokenizer, prompt=prompt,
+            max_tokens=max_tokens, temperature=temperature, seed=seed,
+            draft_model=draft, num_draft_tokens=cond.width or 1,
+        )
+    except Exception as exc:  # a peer failing must not sink the whole bench
+        from app.errors import user_message
+
+        return {"finish_reason": "error", "output_n": 0, "tokens": (), "text": "",
+                "timings": {}, "error": user_message(exc), "rounds_n": 0}
+    text = target.tokenizer.decode(list(res.tokens))
+    return {
+        "finish_reason": res.finish_reason,
+        "output_n": res.predicted_n,
+        "tokens": res.tokens,
+        "text": text,
+        "timings": res.timings(draft_kind=cond.draft_kind, width=cond.width),
+        "error": None,
+        "rounds_n": 0,
+    }

@@ -1,0 +1,143 @@
+"""Turn raw runs into the summary: speedups, verdicts, peer ratios, identity, goals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.bench.runner import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
+from app.bench.stats import compare_tokens, median, paired_speedup, verdict
+
+# (name, what, baseline condition, compared condition, task kinds or None for all, target)
+GOALS = (
+    ("plain-vs-mlx-lm", "plain decoding through DraftPair vs mlx_lm.stream_generate",
+     PEER_PLAIN, OFF, None, 0.98),
+    ("full-model-vs-mlx-lm", "full-model draft vs mlx-lm speculative, same pair and width",
+     PEER_SPEC, "full-model", None, 1.10),
+    ("prompt-lookup-rewrite", "prompt lookup on rewrite tasks vs plain",
+     OFF, "prompt-lookup", ("rewrite",), 4.0),
+    ("prompt-lookup-prose", "prompt lookup on prose vs plain",
+     OFF, "prompt-lookup", ("prose",), 0.98),
+)
+
+
+def _cells(runs: Sequence[RunRecord]) -> dict[tuple[str, float, str], list[RunRecord]]:
+    cells: dict[tuple[str, float, str], list[RunRecord]] = {}
+    for r in runs:
+        cells.setdefault((r.task_id, r.temperature, r.condition), []).append(r)
+    for lst in cells.values():
+        lst.sort(key=lambda r: r.repeat)
+    return cells
+
+
+def _timing(runs: Sequence[RunRecord], key: str) -> float | None:
+    return median([float(r.timings[key]) for r in runs if r.timings.get(key) is not None])
+
+
+def compare(on: Sequence[RunRecord], off: Sequence[RunRecord]) -> dict[str, Any]:
+    """Speedup (median of paired decode-rate ratios) and verdict of ``on`` against ``off``."""
+    a = [r.decode_tps for r in on]
+    b = [r.decode_tps for r in off]
+    return {"speedup": paired_speedup(a, b), "verdict": verdict(a, b),
+            "runs": len(a), "baseline_runs": len(b)}
+
+
+def summarize(report: BenchReport) -> dict[str, Any]:
+    runs = report.measured()
+    cells = _cells(runs)
+    task_kind = {t["id"]: t["kind"] for t in report.tasks}
+    rows: list[dict[str, Any]] = []
+    identity: list[dict[str, Any]] = []
+    peer_rows: list[dict[str, Any]] = []
+    names = [c.name for c in report.conditions]
+    keys = sorted({(k[0], k[1]) for k in cells}, key=lambda k: ([t["id"] for t in report.tasks]
+                                                               .index(k[0]), k[1]))
+    for task_id, temp in keys:
+        off = cells.get((task_id, temp, OFF), [])
+        for name in names:
+            mine = cells.get((task_id, temp, name), [])
+            if not mine:
+                continue
+            row = {
+                "task_id": task_id, "task_kind": task_kind.get(task_id, "?"),
+                "temperature": temp, "condition": name, "engine": mine[0].engine,
+                "width": mine[0].width,
+                "decode_tps": median([r.decode_tps for r in mine]),
+                "prompt_per_second": _timing(mine, "prompt_per_second"),
+                "ttft_ms": _timing(mine, "ttft_ms"),
+                "output_n": median([r.output_n for r in mine]),
+                "accept_len_mean": _timing(mine, "accept_len_mean") if name != OFF else None,
+                "acceptance_rate": _timing(mine, "acceptance_rate") if name != OFF else None,
+                "tokens_per_verify": _timing(mine, "tokens_per_verify"),
+                "flagged_runs": sum(r.flagged for r in mine),
+                "finish_reasons": sorted({r.finish_reason for r in mine}),
+                "identity_vs_off": None,
+            }
+            row.update(compare(mine, off) if name != OFF else
+                       {"speedup": 1.0, "verdict": "baseline", "runs": len(mine),
+                        "baseline_runs": len(mine)})
+            if temp == 0.0 and off:
+                if name == OFF:
+                    if len(off) >= 2:
+                        ident = compare_tokens(off[0].tokens, off[1].tokens)
+                        identity.append({"task_id": task_id, "condition": OFF,
+                                         "compared_to": "off (second run)", **ident.to_dict()})
+                        row["identity_vs_off"] = ident.to_dict()
+                else:
+                    ident = compare_tokens(mine[0].tokens, off[0].tokens)
+                    identity.append({"task_id": task_id, "condition": name,
+                                     "compared_to": OFF, **ident.to_dict()})
+                    row["identity_vs_off"] = ident.to_dict()
+            rows.append(row)
+        for ours, theirs in ((OFF, PEER_PLAIN), ("full-model", PEER_SPEC)):
+            a = cells.get((task_id, temp, ours), [])
+            b = cells.get((task_id, temp, theirs), [])
+            if a and b:
+                peer_rows.append({"task_id": task_id, "task_kind": task_kind.get(task_id, "?"),
+                                  "temperature": temp, "draftpair": ours, "peer": theirs,
+                                  "draftpair_tps": median([r.decode_tps for r in a]),
+                                  "peer_tps": median([r.decode_tps for r in b]),
+                                  **compare(a, b)})
+    return {
+        "rows": rows,
+        "peer_rows": peer_rows,
+        "identity": identity,
+        "goals": _goals(cells, task_kind),
+        "contention": {
+            "threshold_cores": report.config.get("contention_threshold"),
+            "runs": len(report.runs),
+            "flagged_measured": sum(r.flagged for r in runs),
+            "superseded": sum(r.superseded for r in report.runs),
+            "errors": [{"task_id": r.task_id, "condition": r.condition, "error": r.error}
+                       for r in report.runs if r.error],
+        },
+        "method": {
+            "speedup": "median over repeats of decode tok/s ratios (predicted_per_second), "
+                       "each repeat's runs back to back; prefill excluded",
+            "verdict": "faster if every run beats every baseline run, slower if every run "
+                       "loses, else no clear difference",
+        },
+    }
+
+
+def _goals(cells: dict[tuple[str, float, str], list[RunRecord]],
+           task_kind: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for name, what, base, cond, kinds, target in GOALS:
+        per_task = []
+        for (task_id, temp, c), mine in cells.items():
+            if c != cond or (kinds and task_kind.get(task_id) not in kinds):
+                continue
+            other = cells.get((task_id, temp, base), [])
+            if not other:
+                continue
+            cmp = compare(mine, other)
+            if cmp["speedup"] is not None:
+                per_task.append({"task_id": task_id, "temperature": temp, **cmp})
+        figure = median([p["speedup"] for p in per_task])
+        out.append({
+            "name": name, "what": what, "target": target, "figure": figure,
+            "met": None if figure is None else figure >= target,
+            "per_task": sorted(per_task, key=lambda p: (p["task_id"], p["temperature"])),
+        })
+    return out

@@ -1,0 +1,116 @@
+"""``draftpair bench``: run the task suite and write report.json, runs.csv, report.md and
+speedup.png. Progress goes to stderr; the last stdout line names the report folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+KIND_CHOICES = ("prompt-lookup", "full-model", "mtp", "dflash")
+
+
+def _width_arg(text: str) -> tuple[str, int]:
+    kind, _, value = text.partition("=")
+    if kind not in KIND_CHOICES or not value.isdigit() or not 1 <= int(value) <= 64:
+        raise argparse.ArgumentTypeError(f"expected KIND=N with N in 1..64, got {text!r}")
+    return kind, int(value)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark drafters on a task suite",
+                       description="Measure which drafter pays on which task, on this machine.")
+    p.add_argument("--out", required=True, type=Path, help="folder for the report files")
+    p.add_argument("--quick", action="store_true",
+                   help="about a minute: quick tasks, T=0, one run, short outputs")
+    p.add_argument("--model", default="demo", help="target: folder, store name or 'demo'")
+    p.add_argument("--draft-model", help="draft folder (default: the demo draft, if shipped)")
+    p.add_argument("--kinds", nargs="+", choices=KIND_CHOICES, metavar="KIND",
+                   help="draft kinds to measure (default: all the pair supports)")
+    p.add_argument("--runs", type=int, help="measured runs per condition (default 3; quick 1)")
+    p.add_argument("--temps", nargs="+", type=float, metavar="T",
+                   help="temperatures (default 0 1.0; quick 0)")
+    p.add_argument("--tasks", nargs="+", metavar="ID", help="task ids of the suite to run")
+    p.add_argument("--suite", type=Path, help="a suite folder (default: the shipped one)")
+    p.add_argument("--max-tokens", type=int, help="cap every task's output length")
+    p.add_argument("--width", action="append", type=_width_arg, default=[], metavar="KIND=N",
+                   help="proposals per round for a kind (default prompt-lookup=7, full-model=4)")
+    p.add_argument("--no-peers", dest="peers", action="store_false",
+                   help="skip the mlx-lm peer rows")
+    p.add_argument("--contention-threshold", type=float, default=0.5, metavar="CORES",
+                   help="flag a run when other processes used more than this many cores")
+    p.add_argument("--reruns", type=int, help="re-runs of a flagged run (default 1; quick 0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.cli import EXIT_USAGE, CliError
+
+    if args.runs is not None and not 1 <= args.runs <= 100:
+        raise CliError("--runs must be between 1 and 100", EXIT_USAGE)
+    if args.temps is not None and any(t < 0 for t in args.temps):
+        raise CliError("--temps must be >= 0", EXIT_USAGE)
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise CliError("--max-tokens must be at least 1", EXIT_USAGE)
+    if args.reruns is not None and args.reruns < 0:
+        raise CliError("--reruns must be >= 0", EXIT_USAGE)
+    if args.out.exists() and not args.out.is_dir():
+        raise CliError(f"--out {args.out} is a file; give a folder", EXIT_USAGE)
+
+    from app.bench.report import write_report
+    from app.bench.runner import DEFAULT_WIDTHS, BenchConfig, Progress, run_bench
+    from app.errors import DraftPairError
+
+    widths = dict(DEFAULT_WIDTHS)
+    widths.update(dict(args.width))
+    options = dict(
+        model=args.model,
+        draft_model=args.draft_model,
+        kinds=tuple(args.kinds) if args.kinds else None,
+        runs=args.runs,
+        temperatures=tuple(args.temps) if args.temps else None,
+        widths=widths,
+        task_ids=tuple(args.tasks) if args.tasks else None,
+        suite_path=str(args.suite) if args.suite else None,
+        max_tokens=args.max_tokens,
+        peers=args.peers,
+        contention_threshold=args.contention_threshold,
+        max_reruns=args.reruns,
+        seed=args.seed,
+    )
+    if args.quick:
+        config = BenchConfig.quick_preset(**options)
+    else:
+        config = BenchConfig(**{k: v for k, v in options.items() if v is not None})
+
+    def progress(p: Progress) -> None:
+        print(f"[{p.done:>3}/{p.total}] {p.message}", file=sys.stderr, flush=True)
+
+    cancel = threading.Event()
+    try:
+        report = run_bench(config, progress=progress, cancel=cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    except DraftPairError as exc:
+        raise CliError(str(exc)) from None
+    paths = write_report(report, args.out)
+    _print_summary(report)
+    print(f"report: {paths['md']}")
+    return 0
+
+
+def _print_summary(report: object) -> None:
+    summary = getattr(report, "summary", {})
+    for g in summary.get("goals", []):
+        if g["figure"] is None:
+            continue
+        status = "met" if g["met"] else "NOT met"
+        print(f"goal {g['name']}: {g['figure']:.2f}x (target {g['target']:.2f}x) {status}",
+              file=sys.stderr)
+    flagged = summary.get("contention", {}).get("flagged_measured", 0)
+    if flagged:
+        print(f"note: {flagged} measured run(s) overlapped other work (see report.md)",
+              file=sys.stderr)

@@ -1,0 +1,458 @@
+"""The Compare view: one prompt, speculation off and on, alternating runs, a result card."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.compare_model import WARMUP_TOKENS, CpuMeter, PlannedRun, RunResult, plan, summarize
+from app.ui.format import KIND_LABELS, format_bytes
+from app.ui.panels import LivePanels
+from app.ui.settings import Settings
+from app.ui.theme import LIGHT, Colors
+from app.ui.widgets import Banner, SpecCombo
+from app.ui.worker import EngineClient, Job, ModelState
+
+DEFAULT_PROMPT = (
+    "Fix the spelling mistakes in this paragraph and return it unchanged otherwise:\n\n"
+    "The libary opens at nine in the morning and closes at six in the evening. Visitors can "
+    "borow up to five books at a time, and the reading room is quiet and confortable. "
+    "Childern are welcome on weekends, when there is a story hour at eleven."
+)
+
+
+class CompareView(QWidget):
+    compare_finished = Signal(object)  # CompareSummary | None
+
+    def __init__(
+        self,
+        client: EngineClient,
+        settings: Settings,
+        banner: Banner,
+        parent: QWidget | None = None,
+        *,
+        colors: Colors = LIGHT,
+    ):
+        super().__init__(parent)
+        self.client = client
+        self.settings = settings
+        self.banner = banner
+        self.colors = colors
+        self._plan: list[PlannedRun] = []
+        self._step = 0
+        self._job: Job | None = None
+        self._current: PlannedRun | None = None
+        self.results: list[RunResult] = []
+        self.summary = None
+        self._latest: dict[str, Job] = {}
+        self._cpu: CpuMeter | None = None
+        self._request_meta: dict = {}
+        self._stopping = False
+        self._build()
+        self._text_timer = QTimer(self)
+        self._text_timer.setInterval(66)
+        self._text_timer.timeout.connect(self._drain)
+        client.job_finished.connect(self._on_finished)
+        self.on_model_state(client.state)
+
+    def _build(self) -> None:
+        s = self.settings
+        self.prompt = QPlainTextEdit(DEFAULT_PROMPT)
+        self.prompt.setObjectName("compare_prompt")
+        self.prompt.setFixedHeight(92)
+        self.kind_combo = SpecCombo(include_off=False)
+        self.kind_combo.set_kind(s.compare_kind)
+        self.kind_combo.kind_changed.connect(self._on_kind)
+        self.width_spin = QSpinBox()
+        self.width_spin.setRange(0, 64)
+        self.width_spin.setSpecialValueText("auto")
+        self.width_spin.setValue(s.draft_width)
+        self.runs_spin = QSpinBox()
+        self.runs_spin.setRange(1, 20)
+        self.runs_spin.setValue(s.compare_runs)
+        self.runs_spin.setToolTip("Off/on pairs, run alternately (off, on, off, on…)")
+        self.max_spin = QSpinBox()
+        self.max_spin.setRange(8, 4096)
+        self.max_spin.setValue(s.compare_max_tokens)
+        self.run_btn = QPushButton("Run comparison")
+        self.run_btn.setProperty("role", "primary")
+        self.run_btn.setToolTip("Run (Ctrl+Enter)")
+        self.run_btn.clicked.connect(self.run)
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.setToolTip("Stop (Esc)")
+        self.stop_btn.clicked.connect(self.stop)
+        self.export_btn = QPushButton("Export…")
+        self.export_btn.setToolTip("Save the panels as PNG and the numbers as JSON")
+        self.export_btn.clicked.connect(lambda: self.export())
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("idle")
+        self.progress.setValue(0)
+        self.progress.setMaximumWidth(260)
+
+        controls = QHBoxLayout()
+        for label, w in (
+            ("Speculation", self.kind_combo),
+            ("Width", self.width_spin),
+            ("Pairs", self.runs_spin),
+            ("Max tokens", self.max_spin),
+        ):
+            controls.addWidget(QLabel(label))
+            controls.addWidget(w)
+        controls.addSpacing(12)
+        controls.addWidget(self.run_btn)
+        controls.addWidget(self.stop_btn)
+        controls.addWidget(self.export_btn)
+        controls.addWidget(self.progress)
+        controls.addStretch(1)
+        note = QLabel(
+            "Greedy decoding (temperature 0): exact speculation must give the same text as "
+            "plain decoding. Warm-up runs are not counted."
+        )
+        note.setProperty("role", "muted")
+        note.setWordWrap(True)
+
+        self.off_title = QLabel("Speculation off")
+        self.on_title = QLabel("Speculation on")
+        for t in (self.off_title, self.on_title):
+            t.setProperty("role", "title")
+        self.off_text = QTextBrowser()
+        self.on_text = QTextBrowser()
+        self.off_text.setObjectName("compare_off")
+        self.on_text.setObjectName("compare_on")
+        texts = QGridLayout()
+        texts.addWidget(self.off_title, 0, 0)
+        texts.addWidget(self.on_title, 0, 1)
+        texts.addWidget(self.off_text, 1, 0)
+        texts.addWidget(self.on_text, 1, 1)
+
+        self.card = QFrame()
+        self.card.setProperty("role", "card")
+        self.card.setObjectName("result_card")
+        card_l = QVBoxLayout(self.card)
+        card_l.setContentsMargins(14, 10, 14, 10)
+        self.card_title = QLabel("Result")
+        self.card_title.setProperty("role", "title")
+        self.card_body = QLabel("Run a comparison to see the speedup, whether the texts match, "
+                                "and what speculation costs in memory.")
+        self.card_body.setWordWrap(True)
+        self.card_body.setTextFormat(Qt.TextFormat.RichText)
+        self.card_body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.repeat_btn = QPushButton("Repeat")
+        self.repeat_btn.setToolTip("Run the same comparison again")
+        self.repeat_btn.clicked.connect(self.run)
+        head = QHBoxLayout()
+        head.addWidget(self.card_title)
+        head.addStretch(1)
+        head.addWidget(self.repeat_btn)
+        card_l.addLayout(head)
+        card_l.addWidget(self.card_body)
+        self.card.setMinimumWidth(300)
+        self.card.setMaximumWidth(420)
+
+        top = QWidget()
+        tv = QVBoxLayout(top)
+        tv.setContentsMargins(0, 0, 0, 0)
+        hdr = QLabel("Compare: the same prompt with speculation off and on")
+        hdr.setProperty("role", "title")
+        tv.addWidget(hdr)
+        tv.addWidget(self.prompt)
+        tv.addLayout(controls)
+        tv.addWidget(note)
+        mid = QHBoxLayout()
+        mid.addLayout(texts, 1)
+        mid.addWidget(self.card)
+        tv.addLayout(mid, 1)
+
+        self.panels = LivePanels(colors=self.colors)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(self.panels)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setChildrenCollapsible(False)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 8, 10, 8)
+        outer.addWidget(split)
+
+        sc = QShortcut(QKeySequence("Ctrl+Return"), self)
+        sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        sc.activated.connect(self.run)
+        esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        esc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        esc.activated.connect(self.stop)
+        self._update_buttons()
+
+    def apply_colors(self, c: Colors) -> None:
+        self.colors = c
+        self.panels.apply_colors(c)
+        self._set_titles()
+
+    def _set_titles(self) -> None:
+        kind = KIND_LABELS[self.kind_combo.kind()]
+        self.off_title.setText(
+            f"<span style='color:{self.colors.off_run}'>■</span> Speculation off"
+        )
+        self.on_title.setText(
+            f"<span style='color:{self.colors.on_run}'>■</span> Speculation on: {kind}"
+            f" <span style='font-weight:400; font-size:12px; background:{self.colors.draft_bg}'>"
+            "&nbsp;accepted draft tokens&nbsp;</span>"
+        )
+
+    def on_model_state(self, state: ModelState) -> None:
+        self.kind_combo.set_reasons(state.kinds)
+        self._set_titles()
+        self._update_buttons()
+
+    def _on_kind(self, kind: str) -> None:
+        self.settings.compare_kind = kind
+        self._set_titles()
+
+    def _update_buttons(self) -> None:
+        running = bool(self._plan)
+        ready = bool(self.client.state.target) and not self.client.busy_loading
+        self.run_btn.setEnabled(ready and not running)
+        self.repeat_btn.setEnabled(ready and not running and bool(self.results))
+        self.stop_btn.setEnabled(running)
+        self.export_btn.setEnabled(not running and self.summary is not None)
+        for w in (self.kind_combo, self.width_spin, self.runs_spin, self.max_spin, self.prompt):
+            w.setEnabled(not running)
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self) -> None:
+        if self._plan or not self.run_btn.isEnabled() and not self.repeat_btn.isEnabled():
+            return
+        if not self.client.state.target:
+            self.banner.show_message("Load a model first (Models).", error=True)
+            return
+        if self.client.generating:
+            self.banner.show_message("Wait for the chat reply to finish, then compare.", error=True)
+            return
+        reason = self.kind_combo.unavailable_reason()
+        if reason:
+            self.banner.show_message(
+                f"{KIND_LABELS[self.kind_combo.kind()]} cannot run: {reason}. Choose another "
+                "speculation kind.", error=True,
+            )
+            return
+        self.settings.compare_runs = self.runs_spin.value()
+        self.settings.compare_max_tokens = self.max_spin.value()
+        self._plan = plan(self.runs_spin.value())
+        self._step = 0
+        self.results = []
+        self.summary = None
+        self._stopping = False
+        self._latest = {}
+        self.off_text.clear()
+        self.on_text.clear()
+        self.progress.setRange(0, len(self._plan))
+        self.progress.setValue(0)
+        self.card_body.setText("Measuring…")
+        self._cpu = CpuMeter()
+        self._cpu.start()
+        self._request_meta = {
+            "prompt": self.prompt.toPlainText(),
+            "kind": self.kind_combo.kind(),
+            "width": self.width_spin.value() or None,
+            "max_tokens": self.max_spin.value(),
+            "pairs": self.runs_spin.value(),
+            "model": self.client.state.target,
+            "draft": self.client.state.draft,
+        }
+        self._update_buttons()
+        self._next()
+
+    def _request(self, run: PlannedRun):
+        from app.engine.events import GenerationRequest, SamplingParams
+
+        meta = self._request_meta
+        return GenerationRequest(
+            prompt=meta["prompt"],
+            draft_kind=meta["kind"] if run.mode == "on" else "none",
+            draft_width=meta["width"],
+            sampling=SamplingParams(temperature=0.0),
+            max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
+            allow_fallback=True,
+        )
+
+    def _next(self) -> None:
+        if self._stopping or self._step >= len(self._plan):
+            self._finish()
+            return
+        run = self._plan[self._step]
+        self._current = run
+        job = Job(request=self._request(run), tag="compare")
+        self._job = job
+        what = "warm-up" if run.warmup else f"pair {run.repeat + 1}/{self._request_meta['pairs']}"
+        self.progress.setFormat(f"{what}: {'on' if run.mode == 'on' else 'off'}  (%v/%m)")
+        if not run.warmup:
+            self._latest[run.mode] = job
+            (self.on_text if run.mode == "on" else self.off_text).clear()
+            runs = []
+            if "off" in self._latest:
+                runs.append((self._latest["off"].live, "off", self.colors.off_run))
+            if "on" in self._latest:
+                runs.append((self._latest["on"].live, "on", self.colors.on_run))
+            self.panels.set_runs(runs)
+            self._text_timer.start()
+        self.client.submit(job)
+
+    def _drain(self) -> None:
+        job = self._job
+        if job is None or self._current is None or self._current.warmup:
+            return
+        view = self.on_text if self._current.mode == "on" else self.off_text
+        cur = view.textCursor()
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        for seg in job.live.drain_text():
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor(self.colors.text))
+            if seg.from_draft:
+                fmt.setBackground(QColor(self.colors.draft_bg))
+            cur.insertText(seg.text, fmt)
+
+    def _on_finished(self, job_id: int, done) -> None:
+        if self._job is None or job_id != self._job.id:
+            return
+        self._drain()
+        self._text_timer.stop()
+        run = self._current
+        assert run is not None
+        self._job = None
+        self._step += 1
+        self.progress.setValue(self._step)
+        if done.finish_reason == "error":
+            self.banner.show_message(f"Compare run failed: {done.error}", error=True)
+            self._stopping = True
+        elif not run.warmup:
+            self.results.append(RunResult(run.mode, run.repeat, done))
+            if done.finish_reason != "cancelled":
+                self._show_summary(partial=True)
+        if done.finish_reason == "cancelled":
+            self._stopping = True
+        self._next()
+
+    def stop(self) -> None:
+        if not self._plan:
+            return
+        self._stopping = True
+        if self._job is not None:
+            self._job.cancel.set()
+
+    def _finish(self) -> None:
+        contention = self._cpu.stop() if self._cpu is not None else None
+        self._plan = []
+        self._current = None
+        self._text_timer.stop()
+        self.progress.setFormat("stopped" if self._stopping else "done")
+        self._show_summary(partial=False, contention=contention)
+        self._update_buttons()
+        self.compare_finished.emit(self.summary)
+
+    def _show_summary(self, *, partial: bool, contention: float | None = None) -> None:
+        draft_bytes = self.client.state.draft_bytes if self._request_meta.get("kind") == "full-model" else 0
+        s = summarize(self.results, draft_weights_bytes=draft_bytes, cpu_contention=contention)
+        self.summary = s
+        if s is None:
+            if not partial:
+                self.card_body.setText("No complete off/on pair was measured.")
+            return
+        c = self.colors
+        color = c.ok if s.speedup_median >= 1.05 else (c.warn if s.speedup_median >= 0.95 else c.bad)
+        verdict = (
+            "faster" if s.speedup_median >= 1.05 else "about the same" if s.speedup_median >= 0.95
+            else "slower"
+        )
+        spread = (
+            f"range {s.speedup_min:.2f}–{s.speedup_max:.2f}× over {s.pairs} pairs"
+            if s.pairs > 1 else "1 pair: run more pairs for a spread"
+        )
+        same = (
+            f"<span style='color:{c.ok}'>✔ Identical outputs</span> ({s.compared_tokens} tokens)"
+            if s.identical
+            else f"<span style='color:{c.warn}'>✘ Outputs differ from token {s.first_difference}</span>"
+            f" (of {s.compared_tokens})"
+        )
+        mem = f"{'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))}"
+        lines = [
+            f"<span style='font-size:26px; font-weight:700; color:{color}'>"
+            f"{s.speedup_median:.2f}×</span>&nbsp; <span style='color:{c.muted}'>median speedup · "
+            f"{verdict}</span>",
+            f"<span style='color:{c.muted}'>{spread}</span>",
+            f"Off {s.off_tok_s:.1f} tok/s → on {s.on_tok_s:.1f} tok/s (medians)",
+            f"{KIND_LABELS.get(s.kind, s.kind)}: accepted {s.accepted}/{s.proposed}"
+            f" ({100 * s.acceptance:.0f}%), mean {s.accept_len_mean:.2f} per round",
+            same,
+            f"Extra memory with speculation: {mem} peak MLX"
+            + (f" (draft weights {format_bytes(s.draft_weights_bytes)})" if s.draft_weights_bytes else ""),
+        ]
+        if s.fallback:
+            lines.append(f"<span style='color:{c.warn}'>Speculation did not run: "
+                         f"{html.escape(s.fallback)}</span>")
+        if contention is not None and contention > 0.25:
+            lines.append(
+                f"<span style='color:{c.warn}'>Other programs used {100 * contention:.0f}% of the "
+                "CPU during the measurement: the numbers may be noisy.</span>"
+            )
+        for n in s.notes:
+            lines.append(f"<span style='color:{c.warn}'>{html.escape(n)}</span>")
+        if partial:
+            lines.append(f"<span style='color:{c.muted}'>Still measuring…</span>")
+        self.card_body.setText("<br>".join(lines))
+
+    # -- export --------------------------------------------------------------------------------
+    def export(self, path: str | None = None) -> tuple[str, str] | None:
+        if self.summary is None:
+            return None
+        if path is None:
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Export comparison", str(Path.home() / "draftpair-compare.json"),
+                "JSON (*.json)",
+            )
+            if not path:
+                return None
+        json_path = Path(path).with_suffix(".json")
+        png_path = Path(path).with_suffix(".png")
+        data = {
+            "request": self._request_meta,
+            "summary": self.summary.to_dict(),
+            "runs": [
+                {"mode": r.mode, "repeat": r.repeat, **r.done.to_dict()} for r in self.results
+            ],
+        }
+        try:
+            json_path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+            if not self.panels.export_png(str(png_path)):
+                raise OSError(0, "could not write the PNG")
+        except OSError as exc:
+            self.banner.show_message(f"Export failed: {exc.strerror or exc}.", error=True)
+            return None
+        self.banner.show_message(f"Saved {json_path.name} and {png_path.name} in {json_path.parent}.",
+                                 timeout_ms=8000)
+        return str(json_path), str(png_path)
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._text_timer.stop()
+        self.panels.stop()
+        if self._job is not None:
+            self._job.cancel.set()

@@ -1,0 +1,80 @@
+"""Plain-language formatting of engine results for the views (no Qt)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+KIND_LABELS = {
+    "none": "Off",
+    "full-model": "Draft model",
+    "prompt-lookup": "Prompt lookup",
+    "mtp": "MTP head",
+    "dflash": "DFlash",
+}
+
+FINISH_LABELS = {
+    "stop": "end of reply",
+    "length": "max tokens reached",
+    "cancelled": "stopped by you",
+    "error": "error",
+}
+
+
+def format_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "?"
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
+    """Numbers + one display line for a finished reply (stored with the message)."""
+    t = done.timings
+    stats: dict[str, Any] = {
+        "tok_s": round(t.predicted_per_second, 2),
+        "ttft_ms": round(t.ttft_ms, 1),
+        "tokens": t.predicted_n,
+        "draft_n": t.draft_n,
+        "draft_n_accepted": t.draft_n_accepted,
+        "accept_len_mean": round(t.accept_len_mean, 3),
+        "draft_kind": t.draft_kind,
+        "requested_kind": requested_kind,
+        "finish_reason": done.finish_reason,
+        "fallback": t.fallback,
+        "acceptance_rule": t.acceptance_rule,
+        "exact": t.exact,
+        "error": done.error,
+    }
+    stats["line"] = stats_line(stats)
+    return stats
+
+
+def stats_line(s: dict[str, Any]) -> str:
+    parts = [f"{s.get('tok_s', 0):.1f} tok/s", f"TTFT {s.get('ttft_ms', 0):.0f} ms"]
+    kind = s.get("draft_kind", "none")
+    if kind != "none":
+        n, a = s.get("draft_n", 0), s.get("draft_n_accepted", 0)
+        pct = f" ({100 * a / n:.0f}%)" if n else ""
+        parts.append(f"accepted {a}/{n}{pct}")
+        parts.append(f"mean accepted {s.get('accept_len_mean', 0):.2f}/round")
+    parts.append(KIND_LABELS.get(kind, kind) if kind != "none" else "no speculation")
+    parts.append(FINISH_LABELS.get(s.get("finish_reason", ""), s.get("finish_reason", "")))
+    if s.get("exact") is False:
+        parts.append("lossy mode")
+    return " · ".join(parts)
+
+
+def fallback_line(s: dict[str, Any]) -> str | None:
+    """Why speculation did not run although it was asked for (None when it ran or was off)."""
+    requested = s.get("requested_kind", "none")
+    if requested == "none":
+        return None
+    if s.get("fallback"):
+        return f"Speculation did not run: {s['fallback']}."
+    if s.get("draft_kind") == "none" and s.get("finish_reason") != "error":
+        return f"Speculation ({KIND_LABELS.get(requested, requested)}) did not run."
+    return None

@@ -1,0 +1,239 @@
+"""The main window: navigation, the shared banner, the engine client, views, persistence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QMainWindow,
+    QProgressBar,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.chat_store import ChatStore
+from app.ui.settings import Settings, SettingsStore
+from app.ui.theme import Colors, apply_palette, colors_for
+from app.ui.widgets import Banner
+from app.ui.worker import EngineClient, ModelState
+
+
+@dataclass
+class AppContext:
+    """Objects built once at start-up and passed in (no global singletons)."""
+
+    settings_store: SettingsStore
+    settings: Settings
+    chat_store: ChatStore
+    checkpoint_store: object | None = None  # app.checkpoints.store.Store, built lazily
+    autoload: bool = True  # load the configured pair at start
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, ctx: AppContext):
+        super().__init__()
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.setWindowTitle("DraftPair")
+        self.resize(1360, 860)
+        self.colors: Colors = colors_for(self.settings.theme)
+        self.client = EngineClient(self)
+        self.banner = Banner()
+        self._closing = False
+
+        from app.ui.chat_view import ChatView
+        from app.ui.compare_view import CompareView
+        from app.ui.models_view import ModelsView
+
+        self.chat = ChatView(self.client, ctx.chat_store, self.settings, self.banner,
+                             colors=self.colors)
+        self.compare = CompareView(self.client, self.settings, self.banner, colors=self.colors)
+        self.models = ModelsView(self.client, self.settings, self.banner, ctx,
+                                 colors=self.colors)
+        self.views: dict[str, QWidget] = {
+            "Chat": self.chat, "Compare": self.compare, "Models": self.models,
+        }
+        try:
+            from app.ui.bench_view import BenchView
+
+            self.bench = BenchView(self.client, self.settings, self.banner, colors=self.colors)
+            self.views["Bench"] = self.bench
+        except ImportError:
+            self.bench = None
+
+        self.nav = QListWidget()
+        self.nav.setObjectName("nav")
+        self.nav.setFixedWidth(128)
+        self.stack = QStackedWidget()
+        for name, view in self.views.items():
+            self.nav.addItem(name)
+            self.stack.addWidget(view)
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        brand = QLabel("DraftPair")
+        brand.setProperty("role", "title")
+        brand.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        side = QWidget()
+        sv = QVBoxLayout(side)
+        sv.setContentsMargins(0, 12, 0, 12)
+        sv.addWidget(brand)
+        sv.addSpacing(8)
+        sv.addWidget(self.nav, 1)
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.setSpacing(0)
+        rv.addWidget(self.banner)
+        rv.addWidget(self.stack, 1)
+        central = QWidget()
+        h = QHBoxLayout(central)
+        h.setContentsMargins(0, 0, 0, 0)
+        h.setSpacing(0)
+        h.addWidget(side)
+        h.addWidget(right, 1)
+        self.setCentralWidget(central)
+
+        self.status_model = QLabel("No model loaded")
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(120)
+        self.busy.setMaximumHeight(14)
+        self.busy.hide()
+        self.statusBar().addWidget(self.status_model, 1)
+        self.statusBar().addPermanentWidget(self.busy)
+
+        w = self.client
+        w.loading.connect(self._on_loading)
+        w.model_state.connect(self._on_state)
+        w.load_failed.connect(self._on_load_failed)
+        self.chat.settings_changed.connect(self.schedule_save)
+        self.chat.go_to_models.connect(lambda: self.show_view("Models"))
+        self.models.use_pair.connect(self._use_pair)
+
+        self._save_timer = QTimer(self)
+        self._save_timer.setSingleShot(True)
+        self._save_timer.setInterval(500)  # throttle bursts of edits into one write
+        self._save_timer.timeout.connect(self.save_settings)
+        hints = QGuiApplication.styleHints()
+        hints.colorSchemeChanged.connect(self._on_scheme_changed)
+        for i, name in enumerate(self.views):
+            sc = QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self)
+            sc.activated.connect(lambda n=name: self.show_view(n))
+
+        self._restore_geometry()
+        self.nav.setCurrentRow(0)
+        if ctx.settings_store.problem:
+            self.banner.show_message(ctx.settings_store.problem, error=True)
+        if ctx.autoload:
+            QTimer.singleShot(0, self, self.load_configured_pair)
+
+    # -- models ------------------------------------------------------------------------------
+    def load_configured_pair(self) -> None:
+        draft = self.settings.draft
+        if draft == "demo-draft":
+            from app.demo.target import demo_draft_available
+
+            if not demo_draft_available():
+                draft = ""
+        self.load_pair(self.settings.target or "demo", draft)
+
+    def load_pair(self, target: str, draft: str) -> None:
+        self.busy.show()
+        self.status_model.setText("Loading…")
+        self.client.load(target, draft)
+        self.chat.on_loading("Loading models…")
+
+    def _use_pair(self, target: str, draft: str) -> None:
+        if self.client.generating:
+            self.banner.show_message("Stop the running reply before switching models.", error=True)
+            return
+        self.settings.target = target
+        self.settings.draft = draft
+        self.schedule_save()
+        self.load_pair(target, draft)
+        self.show_view("Chat")
+
+    def _on_loading(self, text: str) -> None:
+        self.status_model.setText(text)
+        self.chat.on_loading(text)
+
+    def _on_state(self, state: ModelState) -> None:
+        self.busy.hide()
+        if state.target:
+            from app.ui.format import format_bytes
+
+            draft = f" · draft {state.draft} ({format_bytes(state.draft_bytes)})" if state.draft else ""
+            self.status_model.setText(
+                f"Target {state.target} ({state.precision}, {format_bytes(state.target_bytes)})"
+                f"{draft} · loaded in {state.load_seconds:.1f} s"
+            )
+        else:
+            self.status_model.setText("No model loaded")
+        for view in self.views.values():
+            handler = getattr(view, "on_model_state", None)
+            if handler is not None:
+                handler(state)
+
+    def _on_load_failed(self, message: str) -> None:
+        self.busy.hide()
+        self.banner.show_message(message, error=True)
+
+    def show_view(self, name: str) -> None:
+        self.nav.setCurrentRow(list(self.views).index(name))
+
+    # -- theme -------------------------------------------------------------------------------
+    def set_theme(self, theme: str) -> None:
+        self.settings.theme = theme
+        self.apply_theme()
+        self.schedule_save()
+
+    def _on_scheme_changed(self, _scheme: object) -> None:
+        if self.settings.theme == "system":
+            self.apply_theme()
+
+    def apply_theme(self) -> None:
+        self.colors = colors_for(self.settings.theme)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            apply_palette(app, self.colors)
+        for view in self.views.values():
+            handler = getattr(view, "apply_colors", None)
+            if handler is not None:
+                handler(self.colors)
+
+    # -- persistence ---------------------------------------------------------------------------
+    def schedule_save(self) -> None:
+        self._save_timer.start()
+
+    def save_settings(self) -> None:
+        try:
+            self.ctx.settings_store.save(self.settings)
+        except OSError as exc:
+            self.banner.show_message(f"Settings could not be saved: {exc.strerror}.", error=True)
+
+    def _qsettings(self) -> QSettings:
+        return QSettings("DraftPair", "DraftPair")
+
+    def _restore_geometry(self) -> None:
+        geo = self._qsettings().value("window/geometry")
+        if isinstance(geo, QByteArray):
+            self.restoreGeometry(geo)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt override)
+        if not self._closing:
+            self._closing = True
+            self._qsettings().setValue("window/geometry", self.saveGeometry())
+            self._save_timer.stop()
+            self.save_settings()
+            for view in self.views.values():
+                handler = getattr(view, "shutdown", None)
+                if handler is not None:
+                    handler()
+            self.client.shutdown()
+        super().closeEvent(event)

@@ -1,0 +1,252 @@
+"""Live pyqtgraph panels: tokens/s, accepted length per round, memory.
+
+Fed by ``LiveRun`` ring buffers; a 15 Hz timer calls ``setData`` once per curve per tick and
+the numeric labels change once a second (Friture's fast and slow timers). Several runs can be
+overlaid (Compare); the timer stops by itself once every run shown is finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
+
+from app.ui.live import LiveRun, LiveSnapshot
+from app.ui.theme import LIGHT, Colors
+
+FAST_HZ = 15
+LABEL_EVERY = FAST_HZ  # ticks between label updates (~1 Hz)
+
+
+@dataclass
+class _RunCurves:
+    run: LiveRun
+    name: str
+    color: str
+    items: dict[str, pg.PlotDataItem] = field(default_factory=dict)
+    last: LiveSnapshot | None = None
+
+
+def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
+    w = pg.PlotWidget()
+    w.setMenuEnabled(False)
+    w.setMouseEnabled(x=False, y=False)
+    w.hideButtons()
+    item = w.getPlotItem()
+    item.setTitle(title, size="10pt")
+    item.setLabel("left", left)
+    item.setLabel("bottom", bottom)
+    item.showGrid(x=True, y=True, alpha=0.15)
+    item.setClipToView(True)
+    item.setDownsampling(mode="peak")
+    w.setMinimumHeight(150)
+    w.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+    return w
+
+
+class LivePanels(QWidget):
+    def __init__(self, parent: QWidget | None = None, *, colors: Colors = LIGHT):
+        super().__init__(parent)
+        self.colors = colors
+        self.rate_plot = _plot("Tokens per second (1 s window)", "tok/s", "seconds")
+        self.accept_plot = _plot("Accepted draft tokens per round", "tokens", "round")
+        self.mem_plot = _plot("Memory", "MB", "seconds")
+        self.rate_plot.getPlotItem().enableAutoRange(y=False)
+        self.accept_plot.getPlotItem().enableAutoRange(y=False)
+        self._sys_vb = self._add_percent_axis(self.mem_plot)
+        self.rate_label = QLabel("–")
+        self.accept_label = QLabel("–")
+        self.mem_label = QLabel("–")
+        for lab in (self.rate_label, self.accept_label, self.mem_label):
+            lab.setProperty("role", "stats")
+            lab.setWordWrap(True)
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(8)
+        grid.setVerticalSpacing(2)
+        for col, (plot, label) in enumerate(
+            (
+                (self.rate_plot, self.rate_label),
+                (self.accept_plot, self.accept_label),
+                (self.mem_plot, self.mem_label),
+            )
+        ):
+            grid.addWidget(plot, 0, col)
+            grid.addWidget(label, 1, col)
+            grid.setColumnStretch(col, 1)
+        self._legend = self.mem_plot.getPlotItem().addLegend(offset=(-4, 4), labelTextSize="8pt")
+        self._runs: list[_RunCurves] = []
+        self._ticks = 0
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / FAST_HZ))
+        self.timer.timeout.connect(self.refresh)
+        self.apply_colors(colors)
+
+    # -- setup ----------------------------------------------------------------------------
+    def _add_percent_axis(self, w: pg.PlotWidget) -> pg.ViewBox:
+        item = w.getPlotItem()
+        vb = pg.ViewBox()
+        vb.setMouseEnabled(x=False, y=False)
+        item.showAxis("right")
+        item.scene().addItem(vb)
+        item.getAxis("right").linkToView(vb)
+        item.getAxis("right").setLabel("system used %")
+        vb.setXLink(item)
+        vb.setYRange(0, 100, padding=0)
+
+        def sync() -> None:
+            vb.setGeometry(item.vb.sceneBoundingRect())
+            vb.linkedViewChanged(item.vb, vb.XAxis)
+
+        item.vb.sigResized.connect(sync)
+        return vb
+
+    def apply_colors(self, c: Colors) -> None:
+        self.colors = c
+        for w in (self.rate_plot, self.accept_plot, self.mem_plot):
+            w.setBackground(c.base)
+            item = w.getPlotItem()
+            for name in ("left", "bottom", "right"):
+                axis = item.getAxis(name)
+                axis.setPen(pg.mkPen(c.border))
+                axis.setTextPen(pg.mkPen(c.muted))
+            item.titleLabel.setText(item.titleLabel.text, color=c.text, size="10pt")
+        self._legend.setLabelTextColor(QColor(c.muted))
+        self._legend.setBrush(pg.mkBrush(QColor(c.base)))
+        self.set_runs([(r.run, r.name, r.color) for r in self._runs], keep_timer=True)
+
+    def set_runs(self, runs: list[tuple[LiveRun, str, str]], *, keep_timer: bool = False) -> None:
+        """Show these runs (each: live data, legend name, colour) and start refreshing."""
+        for rc in self._runs:
+            for key, item in rc.items.items():
+                if key == "sys":
+                    self._sys_vb.removeItem(item)
+                elif key == "rate":
+                    self.rate_plot.removeItem(item)
+                elif key in ("accepted", "mean"):
+                    self.accept_plot.removeItem(item)
+                else:
+                    self.mem_plot.removeItem(item)
+        self._legend.clear()
+        self._runs = []
+        single = len(runs) == 1
+        c = self.colors
+        for run, name, color in runs:
+            rc = _RunCurves(run, name, color)
+            width = 2
+            rc.items["rate"] = self.rate_plot.plot(pen=pg.mkPen(color, width=width))
+            rc.items["accepted"] = self.accept_plot.plot(
+                pen=None, symbol="o", symbolSize=5, symbolPen=None,
+                symbolBrush=pg.mkBrush(QColor(color).lighter(130) if c.dark else QColor(color).lighter(150)),
+            )
+            rc.items["mean"] = self.accept_plot.plot(pen=pg.mkPen(color, width=width))
+            mlx_color = c.mem_mlx if single else color
+            rss_color = c.mem_rss if single else color
+            rc.items["mlx"] = self.mem_plot.plot(pen=pg.mkPen(mlx_color, width=width))
+            rc.items["rss"] = self.mem_plot.plot(
+                pen=pg.mkPen(rss_color, width=width, style=Qt.PenStyle.DashLine)
+            )
+            rc.items["swap"] = self.mem_plot.plot(
+                pen=pg.mkPen(c.mem_swap, width=1, style=Qt.PenStyle.DotLine)
+            )
+            sys_item = pg.PlotDataItem(
+                pen=pg.mkPen(c.mem_sys if single else color, width=1, style=Qt.PenStyle.DotLine)
+            )
+            self._sys_vb.addItem(sys_item)
+            rc.items["sys"] = sys_item
+            prefix = f"{name}: " if not single else ""
+            self._legend.addItem(rc.items["mlx"], f"{prefix}MLX active+cache")
+            self._legend.addItem(rc.items["rss"], f"{prefix}process RSS")
+            if single:
+                self._legend.addItem(rc.items["sys"], "system used % (right)")
+            self._runs.append(rc)
+        self._ticks = 0
+        if self._runs:
+            self.refresh(force_labels=True)
+            if not keep_timer or self.timer.isActive():
+                self.timer.start()
+
+    def clear(self) -> None:
+        self.timer.stop()
+        self.set_runs([])
+        for lab in (self.rate_label, self.accept_label, self.mem_label):
+            lab.setText("–")
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    # -- painting ----------------------------------------------------------------------------
+    def refresh(self, force_labels: bool = False) -> None:
+        self._ticks += 1
+        all_done = True
+        max_rate = 1.0
+        max_acc = 1.0
+        for rc in self._runs:
+            snap = rc.run.snapshot()
+            rc.last = snap
+            all_done = all_done and snap.done
+            r = snap.rate
+            if len(r):
+                rc.items["rate"].setData(r[:, 0], r[:, 1], skipFiniteCheck=True)
+                max_rate = max(max_rate, float(np.max(r[:, 1])))
+            else:
+                rc.items["rate"].setData([], [])
+            a = snap.rounds
+            if len(a):
+                rc.items["accepted"].setData(a[:, 0], a[:, 1], skipFiniteCheck=True)
+                rc.items["mean"].setData(a[:, 0], a[:, 2], skipFiniteCheck=True)
+                max_acc = max(max_acc, float(np.max(a[:, 1])))
+            else:
+                rc.items["accepted"].setData([], [])
+                rc.items["mean"].setData([], [])
+            m = snap.memory
+            if len(m):
+                rc.items["mlx"].setData(m[:, 0], m[:, 1], skipFiniteCheck=True)
+                rc.items["rss"].setData(m[:, 0], m[:, 2], skipFiniteCheck=True)
+                rc.items["sys"].setData(m[:, 0], m[:, 3], skipFiniteCheck=True)
+                if float(np.max(m[:, 4])) > 0:
+                    rc.items["swap"].setData(m[:, 0], m[:, 4], skipFiniteCheck=True)
+        self.rate_plot.setYRange(0, max_rate * 1.15, padding=0)
+        self.accept_plot.setYRange(0, max_acc + 0.5, padding=0)
+        if force_labels or all_done or self._ticks % LABEL_EVERY == 0:
+            self._update_labels()
+        if all_done and self.timer.isActive():
+            self.timer.stop()
+
+    def _update_labels(self) -> None:
+        rate, acc, mem = [], [], []
+        for rc in self._runs:
+            s = rc.last
+            if s is None:
+                continue
+            prefix = f"{rc.name}: " if len(self._runs) > 1 else ""
+            cum = s.tokens / s.elapsed_s if s.elapsed_s > 0 else 0.0
+            if s.tokens:
+                rate.append(f"{prefix}{s.tokens} tokens in {s.elapsed_s:.1f} s · {cum:.1f} tok/s overall")
+            else:
+                rate.append(f"{prefix}{s.stage}…" if not s.done else f"{prefix}no tokens")
+            if len(s.rounds):
+                last = s.rounds[-1]
+                acc.append(f"{prefix}{int(last[0]) + 1} rounds · mean {last[2]:.2f} accepted/round")
+            else:
+                acc.append(f"{prefix}no speculative rounds")
+            if len(s.memory):
+                last = s.memory[-1]
+                text = (
+                    f"{prefix}MLX {last[1]:.0f} MB · RSS {last[2]:.0f} MB · system "
+                    f"{last[3]:.0f}% · swap {last[4]:.0f} MB"
+                )
+                if s.pressure:
+                    text += f" · pressure {s.pressure}"
+                mem.append(text)
+        self.rate_label.setText("\n".join(rate) or "–")
+        self.accept_label.setText("\n".join(acc) or "–")
+        self.mem_label.setText("\n".join(mem) or "–")
+
+    def export_png(self, path: str) -> bool:
+        return self.grab().save(path, "PNG")

@@ -1,0 +1,188 @@
+"""Typed, schema-versioned app settings stored as JSON under platformdirs (atomic writes).
+
+Window geometry is not here (QSettings keeps it). Unknown keys are dropped, bad values fall
+back to their defaults one by one, and older schema versions are migrated step by step
+(napari ``settings/_migrations.py``), so a damaged file never stops the app from starting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 2
+
+SPEC_CHOICES = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+
+
+@dataclass
+class Preset:
+    name: str
+    temperature: float
+    top_p: float
+    max_tokens: int
+
+
+DEFAULT_PRESETS = (
+    Preset("Precise", 0.0, 1.0, 256),
+    Preset("Balanced", 0.7, 0.9, 512),
+    Preset("Creative", 1.0, 0.95, 768),
+)
+
+
+@dataclass
+class Settings:
+    schema_version: int = SCHEMA_VERSION
+    theme: str = "system"  # system | light | dark
+    target: str = "demo"
+    draft: str = "demo-draft"
+    system_prompt: str = "You are a helpful assistant."
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    draft_kind: str = "prompt-lookup"
+    draft_width: int = 0  # 0 = the kind's default
+    highlight_drafts: bool = True
+    show_panels: bool = True
+    compare_runs: int = 3
+    compare_max_tokens: int = 96
+    compare_kind: str = "prompt-lookup"
+    context_length: int = 4096
+    presets: list[Preset] = field(default_factory=lambda: list(DEFAULT_PRESETS))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Settings:
+        data = migrate(dict(data))
+        out = cls()
+        for f in fields(cls):
+            if f.name not in data or f.name == "schema_version":
+                continue
+            value = data[f.name]
+            default = getattr(out, f.name)
+            if f.name == "presets":
+                value = _presets(value)
+                if value is None:
+                    continue
+            elif isinstance(default, bool):
+                if not isinstance(value, bool):
+                    continue
+            elif isinstance(default, int) and not isinstance(default, bool):
+                if not isinstance(value, int) or isinstance(value, bool):
+                    continue
+            elif isinstance(default, float):
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    continue
+                value = float(value)
+            elif isinstance(default, str) and not isinstance(value, str):
+                continue
+            setattr(out, f.name, value)
+        out.clamp()
+        return out
+
+    def clamp(self) -> None:
+        self.temperature = min(max(self.temperature, 0.0), 2.0)
+        self.top_p = min(max(self.top_p, 0.05), 1.0)
+        self.max_tokens = min(max(self.max_tokens, 1), 32768)
+        self.draft_width = min(max(self.draft_width, 0), 64)
+        self.compare_runs = min(max(self.compare_runs, 1), 20)
+        self.compare_max_tokens = min(max(self.compare_max_tokens, 8), 4096)
+        if self.theme not in ("system", "light", "dark"):
+            self.theme = "system"
+        if self.draft_kind not in SPEC_CHOICES:
+            self.draft_kind = "prompt-lookup"
+        if self.compare_kind not in SPEC_CHOICES[1:]:
+            self.compare_kind = "prompt-lookup"
+
+
+def _presets(value: Any) -> list[Preset] | None:
+    if not isinstance(value, list):
+        return None
+    out = []
+    for item in value:
+        try:
+            out.append(
+                Preset(
+                    str(item["name"]), float(item["temperature"]), float(item["top_p"]),
+                    int(item["max_tokens"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out or None
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    # v1 called the speculation choice "speculation" and used "off" for none.
+    spec = data.pop("speculation", None)
+    if spec is not None and "draft_kind" not in data:
+        data["draft_kind"] = "none" if spec == "off" else spec
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int):
+        version = 1
+    while version < SCHEMA_VERSION and version in MIGRATIONS:
+        data = MIGRATIONS[version](data)
+        version += 1
+    data["schema_version"] = SCHEMA_VERSION
+    return data
+
+
+def default_settings_path() -> Path:
+    override = os.environ.get("DRAFTPAIR_CONFIG_DIR")
+    if override:
+        return Path(override) / "settings.json"
+    from platformdirs import user_config_path
+
+    return user_config_path("DraftPair", appauthor=False) / "settings.json"
+
+
+class SettingsStore:
+    """Load once at start-up, ``save`` atomically (temp file, fsync, rename)."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or default_settings_path()
+        self.problem: str | None = None  # why the file was ignored, for a non-modal note
+
+    def load(self) -> Settings:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return Settings()
+        except (OSError, ValueError) as exc:
+            self.problem = f"Settings file {self.path} could not be read ({exc}); using defaults."
+            return Settings()
+        if not isinstance(data, dict):
+            self.problem = f"Settings file {self.path} is not a JSON object; using defaults."
+            return Settings()
+        return Settings.from_json(data)
+
+    def save(self, settings: Settings) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(settings.to_json(), indent=2)
+        fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise

@@ -1,0 +1,114 @@
+"""Small shared widgets: the non-modal message banner, the speculation chooser."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.format import KIND_LABELS
+
+
+class Banner(QFrame):
+    """Non-modal messages stacked at the top of a window; each closes by itself or by click."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(8, 4, 8, 0)
+        self._layout.setSpacing(4)
+        self.messages: list[str] = []  # everything shown, for tests and the log
+        self.hide()
+
+    def show_message(self, text: str, *, error: bool = False, timeout_ms: int = 0) -> QFrame:
+        self.messages.append(text)
+        box = QFrame(self)
+        box.setProperty("role", "banner-error" if error else "banner-info")
+        row = QHBoxLayout(box)
+        row.setContentsMargins(10, 6, 6, 6)
+        label = QLabel(("⚠  " if error else "ℹ  ") + text)
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(lambda: self._remove(box))
+        row.addWidget(label, 1)
+        row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        # keep at most 3 messages on screen
+        while self._layout.count() >= 3:
+            old = self._layout.itemAt(0).widget()
+            self._remove(old)
+        self._layout.addWidget(box)
+        self.show()
+        if timeout_ms:
+            QTimer.singleShot(timeout_ms, box, lambda: self._remove(box))
+        return box
+
+    def _remove(self, box: QWidget) -> None:
+        self._layout.removeWidget(box)
+        box.hide()
+        box.deleteLater()
+        if self._layout.count() == 0:
+            self.hide()
+
+    def clear(self) -> None:
+        while self._layout.count():
+            self._remove(self._layout.itemAt(0).widget())
+
+
+class SpecCombo(QComboBox):
+    """Off / Draft model / Prompt lookup / MTP / DFlash; unavailable kinds disabled with why."""
+
+    kind_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None, *, include_off: bool = True):
+        super().__init__(parent)
+        kinds = ["none", "full-model", "prompt-lookup", "mtp", "dflash"]
+        if not include_off:
+            kinds.remove("none")
+        for kind in kinds:
+            self.addItem(KIND_LABELS[kind], kind)
+        self.currentIndexChanged.connect(lambda _i: self.kind_changed.emit(self.kind()))
+        self._reasons: dict[str, str | None] = {}
+
+    def kind(self) -> str:
+        return str(self.currentData())
+
+    def set_kind(self, kind: str) -> None:
+        i = self.findData(kind)
+        if i >= 0:
+            self.setCurrentIndex(i)
+
+    def set_reasons(self, reasons: dict[str, str | None]) -> None:
+        """kind -> None when it can run, else a plain reason (shown as tooltip, item disabled)."""
+        self._reasons = dict(reasons)
+        model = self.model()
+        assert isinstance(model, QStandardItemModel)
+        for i in range(self.count()):
+            kind = self.itemData(i)
+            item = model.item(i)
+            reason = reasons.get(kind) if kind != "none" else None
+            item.setEnabled(reason is None)
+            label = KIND_LABELS[kind]
+            item.setText(label if reason is None else f"{label} — unavailable")
+            item.setToolTip(reason[0].upper() + reason[1:] + "." if reason else "")
+        self.setToolTip(self.reason_text())
+
+    def reason_text(self) -> str:
+        reason = self._reasons.get(self.kind())
+        if reason and self.kind() != "none":
+            return f"{KIND_LABELS[self.kind()]} cannot run: {reason}."
+        return "How the reply is sped up. Unavailable choices say why in their tooltip."
+
+    def unavailable_reason(self) -> str | None:
+        return self._reasons.get(self.kind()) if self.kind() != "none" else None

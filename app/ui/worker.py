@@ -1,0 +1,320 @@
+"""The engine worker: one QObject in one QThread owns the Session and every MLX object.
+
+Commands arrive as queued signals (``EngineClient`` -> worker slots); results leave as typed
+signals; errors cross as data (a message string, or a ``DoneEvent`` with ``error``). Tokens,
+rounds and memory samples do not go through signals at all: the worker writes them into the
+job's ``LiveRun`` ring buffers and the GUI reads them on its own timer.
+
+Stop is a ``threading.Event`` set directly from the GUI thread (the worker's event loop is
+busy inside ``generate``), checked by the engine once per round.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from app.ui.live import LiveRun
+
+_job_ids = itertools.count(1)
+
+
+@dataclass
+class Job:
+    """One generate request on its way to the worker."""
+
+    request: Any  # app.engine.events.GenerationRequest
+    live: LiveRun = field(default_factory=LiveRun)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    id: int = field(default_factory=lambda: next(_job_ids))
+    tag: str = ""  # who asked (chat, compare...): routing for the views
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """What is loaded, as plain data for the views."""
+
+    target: str | None = None
+    target_path: str | None = None
+    draft: str | None = None
+    draft_path: str | None = None
+    precision: str = ""
+    target_bytes: int = 0
+    draft_bytes: int = 0
+    kinds: dict[str, str | None] = field(default_factory=dict)  # kind -> None or reason
+    load_seconds: float = 0.0
+    has_chat_template: bool = True
+
+
+class EngineWorker(QObject):
+    loading = Signal(str)  # what is being loaded (plain words)
+    model_state = Signal(object)  # ModelState
+    load_failed = Signal(str)  # plain message
+    job_started = Signal(int)
+    job_status = Signal(int, str, str)  # job id, stage, message
+    job_notice = Signal(int, str, str)  # job id, code, message
+    job_finished = Signal(int, object)  # job id, DoneEvent
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._session: Any = None
+
+    def _ensure_session(self) -> Any:
+        if self._session is None:
+            from app.engine.session import Session  # heavy: mlx, mlx_lm
+
+            self._session = Session()
+        return self._session
+
+    def _state(self) -> ModelState:
+        s = self._session
+        if s is None or s.target is None:
+            return ModelState()
+        t, d = s.target, s.draft
+        return ModelState(
+            target=t.name,
+            target_path=str(t.path),
+            draft=d.name if d is not None else None,
+            draft_path=str(d.path) if d is not None else None,
+            precision=t.precision,
+            target_bytes=t.weight_bytes(),
+            draft_bytes=d.weight_bytes() if d is not None else 0,
+            kinds=dict(s.available_kinds()),
+            load_seconds=t.load_seconds + (d.load_seconds if d is not None else 0.0),
+            has_chat_template=bool(getattr(t.tokenizer, "chat_template", None)),
+        )
+
+    @Slot(str, str)
+    def load(self, target: str, draft: str) -> None:
+        """Load ``target`` (and ``draft`` when not empty); keeps the target if it is unchanged."""
+        from app.errors import user_message
+
+        try:
+            s = self._ensure_session()
+            if target and (s.target is None or not _same_model(s.target, target)):
+                self.loading.emit(f"Loading {_short(target)}…")
+                s.load_target(target)
+            if draft:
+                if s.draft is None or not _same_model(s.draft, draft):
+                    self.loading.emit(f"Loading draft {_short(draft)}…")
+                    s.load_draft(draft)
+            elif s.draft is not None:
+                s.unload_draft()
+        except Exception as exc:  # errors cross as data
+            self.load_failed.emit(user_message(exc))
+        self.model_state.emit(self._state())
+
+    @Slot()
+    def unload_draft(self) -> None:
+        if self._session is not None:
+            self._session.unload_draft()
+        self.model_state.emit(self._state())
+
+    @Slot()
+    def unload(self) -> None:
+        if self._session is not None:
+            self._session.unload()
+        self.model_state.emit(self._state())
+
+    @Slot(object)
+    def generate(self, job: Job) -> None:
+        from app.engine.events import (
+            DoneEvent,
+            MemoryEvent,
+            NoticeEvent,
+            RoundEvent,
+            StatusEvent,
+            Timings,
+            TokenEvent,
+        )
+        from app.errors import user_message
+
+        live = job.live
+        self.job_started.emit(job.id)
+        done = None
+        try:
+            if job.cancel.is_set():
+                raise _Cancelled
+            session = self._ensure_session()
+            for ev in session.generate(job.request, cancel=job.cancel):
+                if isinstance(ev, TokenEvent):
+                    live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0)
+                elif isinstance(ev, RoundEvent):
+                    live.on_round(ev.record.index, ev.record.accepted)
+                elif isinstance(ev, MemoryEvent):
+                    m = ev.sample
+                    live.on_memory(
+                        mlx_bytes=m.mlx_active_bytes + m.mlx_cache_bytes,
+                        rss_bytes=m.rss_bytes,
+                        system_used_fraction=m.system_used_fraction,
+                        swap_bytes=m.swap_used_bytes,
+                        peak_bytes=m.mlx_peak_bytes,
+                        pressure=m.pressure,
+                    )
+                elif isinstance(ev, StatusEvent):
+                    live.on_stage(ev.stage)
+                    self.job_status.emit(job.id, ev.stage, ev.message)
+                elif isinstance(ev, NoticeEvent):
+                    self.job_notice.emit(job.id, ev.code, ev.message)
+                elif isinstance(ev, DoneEvent):
+                    done = ev
+        except _Cancelled:
+            done = DoneEvent("", (), "cancelled", Timings(draft_kind=job.request.draft_kind))
+        except Exception as exc:  # the engine should not raise; never lose the thread if it does
+            done = DoneEvent(
+                "", (), "error", Timings(draft_kind=job.request.draft_kind),
+                error=user_message(exc),
+            )
+        if done is None:
+            done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
+        live.on_done()
+        self.job_finished.emit(job.id, done)
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Drop every MLX object on this thread, then stop the thread's event loop."""
+        self._session = None
+        QThread.currentThread().quit()
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _short(name: str) -> str:
+    from pathlib import Path
+
+    return Path(name).name or name
+
+
+def _same_model(loaded: Any, name: str) -> bool:
+    from pathlib import Path
+
+    try:
+        from app.engine.models import resolve_path
+
+        return resolve_path(name).resolve() == Path(loaded.path).resolve()
+    except Exception:
+        return False
+
+
+class EngineClient(QObject):
+    """GUI-side handle: owns the worker thread, forwards commands, tracks the running job.
+
+    Create and use on the GUI thread only; views connect to *its* signals, which re-emit the
+    worker's on the GUI thread (explicitly queued: a plain callable connected to a worker
+    signal would run on the worker thread). ``shutdown()`` stops the job (within one round),
+    frees MLX state on the worker thread and joins it.
+    """
+
+    loading = Signal(str)
+    model_state = Signal(object)
+    load_failed = Signal(str)
+    job_started = Signal(int)
+    job_status = Signal(int, str, str)
+    job_notice = Signal(int, str, str)
+    job_finished = Signal(int, object)
+
+    _load = Signal(str, str)
+    _unload_draft = Signal()
+    _generate = Signal(object)
+    _shutdown = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("EngineWorker")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
+        self._unload_draft.connect(self.worker.unload_draft, Qt.ConnectionType.QueuedConnection)
+        self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
+        self._shutdown.connect(self.worker.shutdown, Qt.ConnectionType.QueuedConnection)
+        q = Qt.ConnectionType.QueuedConnection
+        w = self.worker
+        w.loading.connect(self._relay_loading, q)
+        w.model_state.connect(self._relay_state, q)
+        w.load_failed.connect(self._relay_load_failed, q)
+        w.job_started.connect(self._relay_started, q)
+        w.job_status.connect(self._relay_status, q)
+        w.job_notice.connect(self._relay_notice, q)
+        w.job_finished.connect(self._relay_finished, q)
+        self.jobs: dict[int, Job] = {}
+        self.state = ModelState()
+        self.busy_loading = False
+        self.thread.start()
+
+    # commands
+    def load(self, target: str, draft: str = "") -> None:
+        self.busy_loading = True
+        self._load.emit(target, draft)
+
+    def unload_draft(self) -> None:
+        self._unload_draft.emit()
+
+    def submit(self, job: Job) -> Job:
+        self.jobs[job.id] = job
+        self._generate.emit(job)
+        return job
+
+    def stop(self, job_id: int | None = None) -> None:
+        for jid, job in list(self.jobs.items()):
+            if job_id is None or jid == job_id:
+                job.cancel.set()
+
+    @property
+    def generating(self) -> bool:
+        return bool(self.jobs)
+
+    # relays (GUI thread)
+    @Slot(str)
+    def _relay_loading(self, text: str) -> None:
+        self.loading.emit(text)
+
+    @Slot(object)
+    def _relay_state(self, state: ModelState) -> None:
+        self.state = state
+        self.busy_loading = False
+        self.model_state.emit(state)
+
+    @Slot(str)
+    def _relay_load_failed(self, message: str) -> None:
+        self.load_failed.emit(message)
+
+    @Slot(int)
+    def _relay_started(self, job_id: int) -> None:
+        self.job_started.emit(job_id)
+
+    @Slot(int, str, str)
+    def _relay_status(self, job_id: int, stage: str, message: str) -> None:
+        self.job_status.emit(job_id, stage, message)
+
+    @Slot(int, str, str)
+    def _relay_notice(self, job_id: int, code: str, message: str) -> None:
+        self.job_notice.emit(job_id, code, message)
+
+    @Slot(int, object)
+    def _relay_finished(self, job_id: int, done: object) -> None:
+        self.jobs.pop(job_id, None)
+        self.job_finished.emit(job_id, done)
+
+    def shutdown(self, timeout_s: float = 30.0) -> bool:
+        """Cancel running jobs, free the session on its thread, join. True when joined."""
+        if not self.thread.isRunning():
+            return True
+        self.stop()
+        self._shutdown.emit()
+        deadline = time.monotonic() + timeout_s
+        while self.thread.isRunning() and time.monotonic() < deadline:
+            self.stop()  # jobs queued behind the running one see their cancel flag at once
+            self.thread.wait(50)
+        ok = not self.thread.isRunning()
+        if not ok:  # last resort: never leave the process hanging on exit
+            self.thread.terminate()
+            self.thread.wait(1000)
+        return ok

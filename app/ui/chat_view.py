@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -143,6 +143,7 @@ class ChatView(QWidget):
         self.input.setObjectName("input")
         self.input.setPlaceholderText("Write a message…  (Ctrl+Enter to send, Esc to stop)")
         self.input.setFixedHeight(84)
+        self.input.installEventFilter(self)
         self.send_btn = QPushButton("Send")
         self.send_btn.setProperty("role", "primary")
         self.send_btn.setToolTip("Send (Ctrl+Enter)")
@@ -259,6 +260,20 @@ class ChatView(QWidget):
         stop_sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         stop_sc.activated.connect(self.stop)
         self._update_buttons()
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        # Keys on the input itself: reliable even where window shortcuts are not delivered.
+        if obj is self.input and event.type() == QEvent.Type.KeyPress:
+            key = event.key()
+            if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
+                event.modifiers() & Qt.KeyboardModifier.ControlModifier
+            ):
+                self.send()
+                return True
+            if key == Qt.Key.Key_Escape and self.job is not None:
+                self.stop()
+                return True
+        return super().eventFilter(obj, event)
 
     def _fill_presets(self) -> None:
         self.preset_combo.clear()

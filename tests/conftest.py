@@ -1,0 +1,106 @@
+"""Shared test set-up: Qt strictness, no dangling QThreads/QTimers, tiny checkpoints.
+
+Generic on purpose: engine and checkpoint tests use the checkpoint fixtures and never import
+Qt; the thread/timer guard only arms itself when PySide6 is already imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# Qt prints this for every shown window on the offscreen platform; it is not our warning.
+QT_LOG_IGNORE = (
+    "This plugin does not support propagateSizeHints",
+    "This plugin does not support raise",
+    "This plugin does not support grabbing the keyboard",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for pattern in QT_LOG_IGNORE:
+        config.addinivalue_line("qt_log_ignore", pattern)
+
+
+# -- Qt: fail a test that leaves threads or timers running (napari conftest) -------------------
+@pytest.fixture(autouse=True)
+def _no_dangling_qt(request: pytest.FixtureRequest):
+    if "PySide6.QtCore" not in sys.modules:
+        yield
+        return
+    from PySide6.QtCore import QThread, QThreadPool, QTimer
+    from shiboken6 import isValid
+
+    threads: list = []
+    timers: list = []
+    pools: list = []
+    orig_thread_start = QThread.start
+    orig_timer_start = QTimer.start
+    orig_pool_start = QThreadPool.start
+
+    def thread_start(self, *a, **kw):
+        threads.append(self)
+        return orig_thread_start(self, *a, **kw)
+
+    def timer_start(self, *a, **kw):
+        timers.append(self)
+        return orig_timer_start(self, *a, **kw)
+
+    def pool_start(self, *a, **kw):
+        pools.append(self)
+        return orig_pool_start(self, *a, **kw)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(QThread, "start", thread_start)
+    mp.setattr(QTimer, "start", timer_start)
+    mp.setattr(QThreadPool, "start", pool_start)
+    try:
+        yield
+    finally:
+        mp.undo()
+    problems = []
+    for t in threads:
+        if isValid(t) and t.isRunning():
+            t.wait(5000)
+            if t.isRunning():
+                problems.append(f"QThread {t.objectName() or t!r} still running")
+    for tm in timers:
+        if isValid(tm) and tm.isActive():
+            problems.append(f"QTimer (interval {tm.interval()} ms, parent {tm.parent()!r}) still active")
+    for p in pools:
+        if isValid(p) and not p.waitForDone(5000):
+            problems.append("QThreadPool still has running tasks")
+    if problems and not getattr(request.node, "_dangling_allowed", False):
+        pytest.fail("; ".join(problems), pytrace=False)
+
+
+# -- tiny checkpoints (real mlx-lm llama + real tokenizer), built once per session -------------
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory):
+    """target, draft (same tokenizer, smaller) and permuted_draft (same size, permuted ids)."""
+    from types import SimpleNamespace
+
+    from tests.builders import make_checkpoint
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    small = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    return SimpleNamespace(
+        root=root,
+        target=make_checkpoint(root / "tiny-target", seed=0),
+        draft=make_checkpoint(root / "tiny-draft", seed=1, **small),
+        permuted_draft=make_checkpoint(
+            root / "tiny-permuted-draft", seed=2, tokenizer_kwargs={"permute_seed": 7}, **small
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_models) -> Path:
+    return tiny_models.target
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_models) -> Path:
+    return tiny_models.draft

@@ -73,19 +73,21 @@ class TeacherGenerator:
     """Continuous-batching greedy generation of teacher replies, resumable."""
 
     def __init__(self, workdir: Path, model, tokenizer, *, batch: int = 24,
-                 max_tokens: int = 256, seed: int = 0, log: Log = print):
+                 max_tokens: int = 256, seed: int = 0, topk: int = 8, log: Log = print):
         self.workdir = workdir
         self.model = model
         self.tok = tokenizer
         self.batch = batch
         self.max_tokens = max_tokens
         self.seed = seed
+        self.topk = topk
         self.log = log
         (workdir / "shards").mkdir(parents=True, exist_ok=True)
         self.eos = int(tokenizer.eos_token_id)
 
     def _run(self, todo: Iterator[tuple[int, dict]], out_path: Path, *, seconds: float | None,
              max_records: int | None) -> tuple[int, int]:
+        import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
         gen = BatchGenerator(
@@ -95,7 +97,7 @@ class TeacherGenerator:
             prefill_batch_size=min(8, self.batch),
             max_tokens=self.max_tokens,
         )
-        active: dict[int, tuple[int, dict, list[int], list[int]]] = {}
+        active: dict[int, tuple[int, dict, list[int], list[int], list, list]] = {}
         start = time.monotonic()
         n_rec = n_tok = 0
         exhausted = False
@@ -112,27 +114,40 @@ class TeacherGenerator:
                         break
                     ids = encode_prompt(self.tok, p["messages"])
                     uid = gen.insert([ids], [self.max_tokens])[0]
-                    active[uid] = (idx, p, ids, [])
+                    active[uid] = (idx, p, ids, [], [], [])
                     enough = max_records is not None and n_rec + len(active) >= max_records
                 if not active:
                     break
                 if out_of_time:
                     break  # drop the replies in flight; they are regenerated next time
                 responses = gen.next_generated()
-                for r in responses:
+                top_ids = top_lp = None
+                if self.topk and responses:
+                    # the target's top-k log-probs at every reply position (soft labels)
+                    lp = mx.stack([r.logprobs for r in responses])
+                    ti = mx.argpartition(-lp, kth=self.topk - 1, axis=-1)[:, : self.topk]
+                    tv = mx.take_along_axis(lp, ti, axis=-1)
+                    top_ids, top_lp = ti.tolist(), tv.tolist()
+                for j, r in enumerate(responses):
                     entry = active.get(r.uid)
                     if entry is None:
                         continue
                     if r.finish_reason != "stop":
                         entry[3].append(int(r.token))
+                    if top_ids is not None:
+                        entry[4].append(top_ids[j])
+                        entry[5].append([round(v, 3) for v in top_lp[j]])
                     if r.finish_reason is not None:
-                        idx, p, ids, reply = active.pop(r.uid)
+                        idx, p, ids, reply, tk_ids, tk_lp = active.pop(r.uid)
                         if r.finish_reason == "stop":
                             reply.append(self.eos)
                         rec = {
                             "index": idx, "id": p["id"], "kind": p["kind"],
                             "prompt_ids": ids, "reply_ids": reply, "finish": r.finish_reason,
                         }
+                        if top_ids is not None and len(tk_ids) == len(reply):
+                            rec["topk_ids"] = tk_ids
+                            rec["topk_lp"] = tk_lp
                         out.write(json.dumps(rec, separators=(",", ":")) + "\n")
                         out.flush()
                         n_rec += 1

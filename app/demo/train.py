@@ -25,6 +25,7 @@ from pathlib import Path
 from app.demo import teacher
 
 DEFAULT_HEAD_SIZE = 8192
+SOFT_K = 8  # teacher top-k log-probs kept per reply token (soft labels)
 N_HELDOUT = 48
 
 
@@ -120,19 +121,34 @@ def pca_embedding(target_embed, dim: int):
     return mx.array(proj.astype(np.float32))
 
 
-def choose_head(records: list[dict], size: int, always: list[int]) -> list[int]:
-    """Top-``size`` target token ids by frequency in the teacher sequences (+ ``always``)."""
+def choose_head(records: list[dict], size: int, always: list[int],
+                vocab_size: int = 49152) -> list[int]:
+    """Top-``size`` target token ids by frequency in the teacher data (+ ``always``).
+
+    Counts reply tokens and the teacher's top-k candidates (what the target considered), then
+    prompt tokens; when the data holds fewer distinct tokens than ``size``, fills up with the
+    lowest ids (byte-level BPE assigns low ids to early, frequent merges).
+    """
     from collections import Counter
 
     c: Counter = Counter()
     for r in records:
         c.update(r["reply_ids"])
-        c.update(r["prompt_ids"])
-    ids = set(always)
-    for t, _ in c.most_common():
-        if len(ids) >= size:
-            break
-        ids.add(int(t))
+        for row in r.get("topk_ids") or []:
+            c.update(row[:4])
+    p: Counter = Counter()
+    for r in records:
+        p.update(r["prompt_ids"])
+    ids = set(int(t) for t in always)
+    for counter in (c, p):
+        for t, _ in counter.most_common():
+            if len(ids) >= size:
+                break
+            ids.add(int(t))
+    t = 0
+    while len(ids) < size and t < vocab_size:
+        ids.add(t)
+        t += 1
     return sorted(ids)
 
 
@@ -152,6 +168,7 @@ class TrainConfig:
     checkpoint_minutes: float = 5.0
     eval_minutes: float = 10.0
     seed: int = 0
+    soft_weight: float = 1.0  # weight of the top-k soft-label term (0: hard labels only)
 
 
 def phase_generate(workdir: Path, *, minutes: float | None, batch: int, max_tokens: int,
@@ -296,23 +313,38 @@ class Trainer:
     # -- data ---------------------------------------------------------------------------
 
     def _examples(self, records: list[dict]):
-        """(inputs, targets-in-head, mask) numpy rows, unpadded."""
+        """(inputs, targets-in-head, mask, soft ids, soft probs) numpy rows, unpadded."""
         import numpy as np
 
+        K = SOFT_K
         out = []
         for r in records:
             ids = list(r["prompt_ids"]) + list(r["reply_ids"])
             ids = ids[: self.cfg.max_len + 1]
             if len(ids) < 2:
                 continue
+            p = len(r["prompt_ids"])
             x = np.array(ids[:-1], dtype=np.int32)
             y_tok = np.array(ids[1:], dtype=np.int32)
             y = self.lut[y_tok]
             m = np.zeros(len(x), dtype=np.float32)
-            m[len(r["prompt_ids"]) - 1:] = 1.0
+            m[p - 1:] = 1.0
             m[y < 0] = 0.0
             y = np.maximum(y, 0)
-            out.append((x, y, m, y_tok))
+            sid = np.zeros((len(x), K), dtype=np.int32)
+            sp = np.zeros((len(x), K), dtype=np.float32)
+            tk = r.get("topk_ids")
+            if tk and self.cfg.soft_weight > 0:
+                n = min(len(tk), len(x) - (p - 1))
+                t_ids = np.array(tk[:n], dtype=np.int64)[:, :K]
+                t_lp = np.array(r["topk_lp"][:n], dtype=np.float32)[:, :K]
+                h = self.lut[t_ids]
+                pr = np.exp(t_lp) * (h >= 0)
+                tot = pr.sum(axis=1, keepdims=True)
+                pr = np.where(tot > 0, pr / np.maximum(tot, 1e-9), 0.0)
+                sid[p - 1:p - 1 + n, : t_ids.shape[1]] = np.maximum(h, 0)
+                sp[p - 1:p - 1 + n, : t_ids.shape[1]] = pr
+            out.append((x, y, m, y_tok, sid, sp))
         return out
 
     def _batches(self, examples, rng: random.Random):
@@ -339,12 +371,16 @@ class Trainer:
             X = np.zeros((len(b), L), dtype=np.int32)
             Y = np.zeros((len(b), L), dtype=np.int32)
             M = np.zeros((len(b), L), dtype=np.float32)
+            SI = np.zeros((len(b), L, SOFT_K), dtype=np.int32)
+            SP = np.zeros((len(b), L, SOFT_K), dtype=np.float32)
             for r, i in enumerate(b):
-                x, y, m, _ = examples[i]
+                x, y, m, _, sid, sp = examples[i]
                 X[r, : len(x)] = x
                 Y[r, : len(y)] = y
                 M[r, : len(m)] = m
-            yield X, Y, M
+                SI[r, : len(x)] = sid
+                SP[r, : len(x)] = sp
+            yield X, Y, M, SI, SP
 
     # -- model --------------------------------------------------------------------------
 
@@ -358,16 +394,20 @@ class Trainer:
         import mlx.nn as nn
         import mlx.optimizers as optim
 
-        def loss_fn(model, x, y, m):
+        lam = self.cfg.soft_weight
+
+        def loss_fn(model, x, y, m, si, sp):
             logits = self.head_logits(model, x)
-            ce = nn.losses.cross_entropy(logits, y) * m
-            return ce.sum() / mx.maximum(m.sum(), 1.0)
+            lse = mx.logsumexp(logits, axis=-1)
+            hard = lse - mx.take_along_axis(logits, y[..., None], axis=-1)[..., 0]
+            soft = (sp * (lse[..., None] - mx.take_along_axis(logits, si, axis=-1))).sum(-1)
+            return ((hard + lam * soft) * m).sum() / mx.maximum(m.sum(), 1.0)
 
         grad_fn = nn.value_and_grad(self.model, loss_fn)
         state = [self.model.state, self.optimizer.state]
 
-        def step(x, y, m):
-            loss, grads = grad_fn(self.model, x, y, m)
+        def step(x, y, m, si, sp):
+            loss, grads = grad_fn(self.model, x, y, m, si, sp)
             grads, _ = optim.clip_grad_norm(grads, 1.0)
             self.optimizer.update(self.model, grads)
             return loss
@@ -457,10 +497,11 @@ class Trainer:
         losses: list[float] = []
         done = False
         while not done:
-            for X, Y, M in self._batches(examples, rng):
+            for X, Y, M, SI, SP in self._batches(examples, rng):
                 ts = time.monotonic()
                 self.optimizer.learning_rate = mx.array(self.lr_at())
-                loss = self._step_fn(mx.array(X), mx.array(Y), mx.array(M))
+                loss = self._step_fn(mx.array(X), mx.array(Y), mx.array(M), mx.array(SI),
+                                     mx.array(SP))
                 mx.eval(loss, self.model.state, self.optimizer.state)
                 now = time.monotonic()
                 self.train_seconds += now - ts

@@ -1,11 +1,11 @@
 """The pairing check: will this target + draft (or drafter kind) work, and why not.
 
 Public API:
-    check(target, draft=None, kind=None, context=4096, *, width=None, budget=None) -> PairingReport
+    check(target, draft=None, kind=None, context=None, *, width=None, budget=None) -> PairingReport
         target/draft: a folder path or a CheckpointInfo. kind: none | full-model | prompt-lookup
         | mtp | dflash (None: inferred from the draft). Reads config, tokenizer files and
         safetensors headers only; never raises for bad checkpoints (problems are findings).
-    suggest_drafts(target, *, store=None, context=4096, budget=None) -> Suggestions
+    suggest_drafts(target, *, store=None, context=None, budget=None) -> Suggestions
         ranks local checkpoints (the store) that pair with the target; one sentence per exclusion.
     PairingReport: verdict (VERDICT_*), findings (Finding: code, severity, message, detail),
                    memory (MemoryEstimate), to_dict(), format_text().
@@ -132,7 +132,7 @@ class PairingReport:
         for sev in (BLOCKER, WARNING, NOTE):
             for f in self.by_severity(sev):
                 lines.append(f"  [{marks[sev]}] {sev}: {f.message}")
-                if details and f.detail:
+                if details and f.detail and not f.code.startswith("memory."):
                     lines.append(f"        {f.code}: {f.detail}")
         if self.memory:
             lines.append("Memory: " + "; ".join(self.memory.lines()))
@@ -313,12 +313,12 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
     ids, source = _emit_ids(d)
     target_vocab = t.effective_vocab or tt.size
     mismatched: list[tuple[int, str | None, str | None]] = []
-    out_of_range = 0
+    out_of_range = sum(1 for i in ids if i >= target_vocab) if ids and ids[-1] >= target_vocab else 0
     special_diff: list[int] = []
-    for i in ids:
+    same_table = dt is not None and tt.id_to_token == dt.id_to_token and tt.special_ids == dt.special_ids
+    for i in () if same_table else ids:
         t_text = tt.id_to_token.get(i)
         if i >= target_vocab:
-            out_of_range += 1
             continue
         if dt is None:  # reduced head without its own tokenizer: the id must exist in the target
             if t_text is None:
@@ -353,7 +353,7 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
             "Some control tokens are marked differently in the two tokenizers.",
             f"{len(special_diff)} ids differ in the 'special' flag, e.g. {special_diff[:5]}",
         )
-    extra = [i for i in tt.id_to_token if i not in set(ids)] if ids else []
+    extra = sorted(set(tt.id_to_token) - set(ids)) if ids else []
     if extra and dt is not None and d.draft_head_ids is None:
         names = ", ".join(repr(tt.id_to_token[i]) for i in sorted(extra)[:3])
         out.add(
@@ -498,19 +498,22 @@ def check(
     target: str | Path | CheckpointInfo,
     draft: str | Path | CheckpointInfo | None = None,
     kind: str | None = None,
-    context: int = DEFAULT_CONTEXT,
+    context: int | None = None,
     *,
     width: int | None = None,
     budget: Budget | None = None,
 ) -> PairingReport:
     """Judge a pairing from config, tokenizer files and safetensors headers (no weights loaded).
 
+    ``context`` defaults to min(4096, the target's trained context).
     Raises ValueError only for an unknown ``kind`` name.
     """
     start = time.perf_counter()
     kind = normalize_kind(kind)
-    context = max(int(context or DEFAULT_CONTEXT), 1)
     t = _as_info(target)
+    if context is None:
+        context = min(DEFAULT_CONTEXT, t.context_length or DEFAULT_CONTEXT)
+    context = max(int(context), 1)
     d = _as_info(draft) if draft is not None else None
     if kind is None:
         kind = (KIND_DFLASH if d.kind == KIND_DFLASH else "full-model") if d is not None else "none"
@@ -632,7 +635,7 @@ def suggest_drafts(
     target: str | Path | CheckpointInfo,
     *,
     store: Store | None = None,
-    context: int = DEFAULT_CONTEXT,
+    context: int | None = None,
     budget: Budget | None = None,
     entries: list[StoreEntry] | None = None,
 ) -> Suggestions:
@@ -653,7 +656,7 @@ def suggest_drafts(
         if (p.resolve() if p.exists() else p) == t_path:
             excluded.append(Exclusion(e.name, p, "This is the target itself."))
             continue
-        info = e.info if getattr(e, "info", None) is not None else inspect_checkpoint(p)
+        info = inspect_checkpoint(p)  # store listings skip tokenizer files; pairing needs them
         if info.kind == KIND_UNSUPPORTED:
             excluded.append(Exclusion(e.name, p, info.unsupported_reason or "DraftPair cannot use it."))
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,41 @@ def has_tokenizer_files(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TOKENIZER_FILES)
 
 
+# Parsed tokenizer.json files by content hash: a draft and target of one family usually ship
+# the same multi-MB file, and parsing it once keeps the pairing check well under a second.
+_PARSED: OrderedDict[str, Any] = OrderedDict()
+_PARSED_MAX = 4
+
+
+def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        problems.append(f"{path.name} cannot be read ({type(exc).__name__}).")
+        return None
+    key = hashlib.sha1(raw).hexdigest()
+    if key in _PARSED:
+        _PARSED.move_to_end(key)
+        return _PARSED[key]
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
+        return None
+    _PARSED[key] = data
+    while len(_PARSED) > _PARSED_MAX:
+        _PARSED.popitem(last=False)
+    return data
+
+
 def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
     folder = Path(folder)
     if not has_tokenizer_files(folder):
         return None
     problems: list[str] = []
-    tok_json = _load_json(folder / "tokenizer.json", problems)
+    tok_json = _load_tokenizer_json(folder / "tokenizer.json", problems)
     tok_cfg = _load_json(folder / "tokenizer_config.json", problems)
     if not isinstance(tok_cfg, dict):
         tok_cfg = {}
@@ -130,7 +160,7 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info.vocab_type = str(model.get("type") or ("BPE" if "merges" in model else "unknown"))
         vocab = model.get("vocab")
         if isinstance(vocab, dict):
-            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if isinstance(i, int)}
+            info.id_to_token = {i: t for t, i in vocab.items()}
         elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
             info.id_to_token = {
                 i: str(p[0] if isinstance(p, list) else p) for i, p in enumerate(vocab)

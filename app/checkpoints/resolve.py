@@ -46,8 +46,10 @@ def hf_cached_snapshot(repo_id: str, revision: str = "main") -> Path | None:
 
 
 def _demo(name: str, progress: Callable[[str], None] | None) -> Path:
+    import importlib
+
     try:
-        from app.demo import target as demo
+        demo = importlib.import_module("app.demo.target")
     except ImportError:
         raise ModelLoadError("The built-in demo model is not part of this DraftPair build.") from None
     if name == "demo":

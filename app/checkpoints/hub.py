@@ -53,7 +53,27 @@ def hub_endpoint() -> str:
 def _api():
     from huggingface_hub import HfApi
 
+    _check_reachable()
     return HfApi(endpoint=hub_endpoint())
+
+
+def _check_reachable(timeout: float = 5.0) -> None:
+    """Fail fast when offline: huggingface_hub itself retries a refused connection for ~20 s."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise HubError("Hugging Face offline mode is on (HF_HUB_OFFLINE), so the Hub cannot be used.")
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
+        return  # only the proxy knows whether the Hub is reachable
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(hub_endpoint())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout).close()
+    except OSError:
+        raise HubError(
+            f"The Hugging Face Hub ({url.hostname}) cannot be reached: check your internet connection and try again."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -372,6 +392,7 @@ def download(
     for name, size in plan.files:
         meter.check_cancel()
         meter.current = name
+        meter.emit()  # announce the file (a UI shows its name; cancel can act mid-file)
         before = meter.done
         try:
             hf_hub_download(

@@ -49,7 +49,9 @@ class FakeHub:
         self.port = 0
 
     # --- content ----------------------------------------------------------------------------
-    def add_repo(self, repo_id: str, folder: Path | None = None, files: dict[str, bytes] | None = None, **kw) -> FakeRepo:
+    def add_repo(
+        self, repo_id: str, folder: Path | None = None, files: dict[str, bytes] | None = None, **kw
+    ) -> FakeRepo:
         data = dict(files or {})
         if folder is not None:
             for p in sorted(Path(folder).rglob("*")):
@@ -81,7 +83,9 @@ class FakeHub:
         server.daemon_threads = True
         self.server = server
         self.port = server.server_address[1]
-        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
         return self.url
 
@@ -174,7 +178,11 @@ class _Handler(BaseHTTPRequestHandler):
                     entry["size"] = len(content)
                     entry["blobId"] = hashlib.sha1(content).hexdigest()
                     if name.endswith(".safetensors"):
-                        entry["lfs"] = {"size": len(content), "sha256": hashlib.sha256(content).hexdigest(), "pointerSize": 134}
+                        entry["lfs"] = {
+                            "size": len(content),
+                            "sha256": hashlib.sha256(content).hexdigest(),
+                            "pointerSize": 134,
+                        }
                 sib.append(entry)
             data["siblings"] = sib
         return data
@@ -191,7 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
         if repo is None:
             return self._error(401, "RepoNotFound", "Repository not found")
         if repo.gated and not self.headers.get("authorization"):
-            return self._error(401, "GatedRepo", "Access to this model is restricted: you must be authenticated.")
+            return self._error(
+                401, "GatedRepo", "Access to this model is restricted: you must be authenticated."
+            )
         content = repo.files.get(filename)
         if content is None:
             self.send_response(404)

@@ -18,7 +18,12 @@ from app.checkpoints.inspect import (
 from app.checkpoints.store import SOURCE_HF, SOURCE_IMPORTED, SOURCE_MODELS, Store
 from app.cli import main
 from app.errors import ModelLoadError
-from tests.test_checkpoints_builders import ckpts  # noqa: F401
+from tests.test_checkpoints_builders import standard_checkpoints
+
+
+@pytest.fixture(scope="session")
+def ckpts(tmp_path_factory):
+    return standard_checkpoints(tmp_path_factory.mktemp("ckpts"))
 
 
 @pytest.fixture
@@ -66,7 +71,10 @@ def test_store_lists_hf_cache_models_folder_and_imports(ckpts, env):
     shutil.copytree(ckpts.draft, store.models_dir / "my-draft")
     store.import_folder(ckpts.dflash, name="dflash-x")
     entries = {e.name: e for e in store.list()}
-    assert entries["org/tiny-target"].source == SOURCE_HF and entries["org/tiny-target"].kind == KIND_CHAT
+    assert (
+        entries["org/tiny-target"].source == SOURCE_HF
+        and entries["org/tiny-target"].kind == KIND_CHAT
+    )
     assert entries["org/tiny-target"].size_bytes > 0
     assert entries["my-draft"].source == SOURCE_MODELS
     assert entries["dflash-x"].source == SOURCE_IMPORTED and entries["dflash-x"].kind == KIND_DFLASH
@@ -188,7 +196,23 @@ def test_cli_models_list_import_rm(ckpts, env, capsys):
 
 def test_cli_convert_quantized(ckpts, env, capsys):
     out_dir = env / "converted"
-    assert main(["models", "convert", str(ckpts.target), "-q", "--bits", "4", "--group-size", "32", "--out", str(out_dir)]) == 0
+    assert (
+        main(
+            [
+                "models",
+                "convert",
+                str(ckpts.target),
+                "-q",
+                "--bits",
+                "4",
+                "--group-size",
+                "32",
+                "--out",
+                str(out_dir),
+            ]
+        )
+        == 0
+    )
     info = inspect_checkpoint(out_dir)
     assert info.kind == KIND_CHAT and info.quantization.startswith("4-bit")
     assert info.param_count == inspect_checkpoint(ckpts.target).param_count

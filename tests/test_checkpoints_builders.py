@@ -19,7 +19,9 @@ from tests.builders import make_checkpoint
 DTYPE_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1}
 
 
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]], *, sparse: bool = False) -> Path:
+def write_safetensors(
+    path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]], *, sparse: bool = False
+) -> Path:
     """A valid safetensors file with zero data (sparse: the data region is a hole on disk)."""
     header: dict = {}
     offset = 0
@@ -49,7 +51,10 @@ def copy_tokenizer(src: Path, dest: Path) -> None:
 
 
 def llama_tensors(hidden: int, layers: int, vocab: int, inter: int, kv_dim: int) -> dict:
-    t = {"model.embed_tokens.weight": ("F32", (vocab, hidden)), "model.norm.weight": ("F32", (hidden,))}
+    t = {
+        "model.embed_tokens.weight": ("F32", (vocab, hidden)),
+        "model.norm.weight": ("F32", (hidden,)),
+    }
     for i in range(layers):
         p = f"model.layers.{i}."
         t[p + "self_attn.q_proj.weight"] = ("F32", (hidden, hidden))
@@ -62,7 +67,12 @@ def llama_tensors(hidden: int, layers: int, vocab: int, inter: int, kv_dim: int)
 
 
 def make_header_checkpoint(
-    folder: Path, config: dict, tensors: dict, *, tokenizer_from: Path | None = None, sparse: bool = False
+    folder: Path,
+    config: dict,
+    tensors: dict,
+    *,
+    tokenizer_from: Path | None = None,
+    sparse: bool = False,
 ) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
@@ -87,7 +97,11 @@ def dflash_config(target_cfg: dict, *, layout: str = "original", layers: int | N
     }
     ids = [0, n - 1]
     if layout == "original":
-        cfg.update(block_size=16, rope_theta=10000.0, dflash_config={"mask_token_id": 1, "target_layer_ids": ids})
+        cfg.update(
+            block_size=16,
+            rope_theta=10000.0,
+            dflash_config={"mask_token_id": 1, "target_layer_ids": ids},
+        )
     else:
         cfg.update(
             rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
@@ -109,7 +123,13 @@ def dflash_tensors(hidden: int, n_ctx_layers: int = 2) -> dict:
 
 _BUILT: dict[str, SimpleNamespace] = {}
 
-SMALL = {"hidden_size": 32, "num_heads": 2, "num_kv_heads": 1, "num_layers": 1, "intermediate_size": 64}
+SMALL = {
+    "hidden_size": 32,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "num_layers": 1,
+    "intermediate_size": 64,
+}
 
 
 def standard_checkpoints(base: Path) -> SimpleNamespace:
@@ -121,10 +141,18 @@ def standard_checkpoints(base: Path) -> SimpleNamespace:
     ns.base = base
     ns.target = make_checkpoint(base / "target")
     ns.draft = make_checkpoint(base / "draft", seed=1, **SMALL)
-    ns.permuted = make_checkpoint(base / "permuted", seed=1, tokenizer_kwargs={"permute_seed": 7}, **SMALL)
-    ns.target_extra = make_checkpoint(base / "target_extra", tokenizer_kwargs={"extra_added": ("<tool>", "<think>")})
-    ns.draft_extra = make_checkpoint(base / "draft_extra", seed=1, tokenizer_kwargs={"extra_added": ("<tool>",)}, **SMALL)
-    ns.other_eos = make_checkpoint(base / "other_eos", seed=1, tokenizer_kwargs={"eos_token": "<|endoftext|>"}, **SMALL)
+    ns.permuted = make_checkpoint(
+        base / "permuted", seed=1, tokenizer_kwargs={"permute_seed": 7}, **SMALL
+    )
+    ns.target_extra = make_checkpoint(
+        base / "target_extra", tokenizer_kwargs={"extra_added": ("<tool>", "<think>")}
+    )
+    ns.draft_extra = make_checkpoint(
+        base / "draft_extra", seed=1, tokenizer_kwargs={"extra_added": ("<tool>",)}, **SMALL
+    )
+    ns.other_eos = make_checkpoint(
+        base / "other_eos", seed=1, tokenizer_kwargs={"eos_token": "<|endoftext|>"}, **SMALL
+    )
     ns.draft_big_vocab = make_checkpoint(base / "draft_big_vocab", seed=1, vocab_size=400, **SMALL)
     ns.padded_target = make_checkpoint(base / "padded_target", vocab_size=384)
     ns.no_vocab = make_checkpoint(base / "no_vocab", seed=1, **SMALL)
@@ -133,12 +161,18 @@ def standard_checkpoints(base: Path) -> SimpleNamespace:
     (ns.no_vocab / "config.json").write_text(json.dumps(cfg))
     target_cfg = json.loads((ns.target / "config.json").read_text())
     ns.target_cfg = target_cfg
-    ns.dflash = make_header_checkpoint(base / "dflash", dflash_config(target_cfg), dflash_tensors(target_cfg["hidden_size"]))
+    ns.dflash = make_header_checkpoint(
+        base / "dflash", dflash_config(target_cfg), dflash_tensors(target_cfg["hidden_size"])
+    )
     ns.dflash_new = make_header_checkpoint(
-        base / "dflash_new", dflash_config(target_cfg, layout="2026-06"), dflash_tensors(target_cfg["hidden_size"])
+        base / "dflash_new",
+        dflash_config(target_cfg, layout="2026-06"),
+        dflash_tensors(target_cfg["hidden_size"]),
     )
     ns.dflash_wrong = make_header_checkpoint(
-        base / "dflash_wrong", dflash_config(target_cfg, layers=28), dflash_tensors(target_cfg["hidden_size"])
+        base / "dflash_wrong",
+        dflash_config(target_cfg, layers=28),
+        dflash_tensors(target_cfg["hidden_size"]),
     )
     mamba_cfg = {
         "model_type": "mamba", "architectures": ["MambaForCausalLM"], "hidden_size": 64,
@@ -150,7 +184,11 @@ def standard_checkpoints(base: Path) -> SimpleNamespace:
         {"backbone.embeddings.weight": ("F32", (target_cfg["vocab_size"], 64)), "backbone.norm_f.weight": ("F32", (64,))},
         tokenizer_from=ns.target,
     )  # fmt: skip
-    sw_cfg = dict(target_cfg, sliding_window=128, layer_types=["sliding_attention"] * target_cfg["num_hidden_layers"])
+    sw_cfg = dict(
+        target_cfg,
+        sliding_window=128,
+        layer_types=["sliding_attention"] * target_cfg["num_hidden_layers"],
+    )
     ns.sliding = base / "sliding"
     shutil.copytree(ns.target, ns.sliding)
     (ns.sliding / "config.json").write_text(json.dumps(sw_cfg))
@@ -160,22 +198,34 @@ def standard_checkpoints(base: Path) -> SimpleNamespace:
     st.write_bytes(st.read_bytes()[: st.stat().st_size // 2])
     ns.bad_header = base / "bad_header"
     shutil.copytree(ns.draft, ns.bad_header)
-    (ns.bad_header / "model.safetensors").write_bytes(struct.pack("<Q", 40) + b"{this is not json at all!!!!!!!!!!!!!!!}" + b"\0" * 64)
+    (ns.bad_header / "model.safetensors").write_bytes(
+        struct.pack("<Q", 40) + b"{this is not json at all!!!!!!!!!!!!!!!}" + b"\0" * 64
+    )
     ns.garbled_config = base / "garbled_config"
     shutil.copytree(ns.draft, ns.garbled_config)
-    (ns.garbled_config / "config.json").write_text('{"model_type": "llama", "hidden_size": 32,,, oops')
+    (ns.garbled_config / "config.json").write_text(
+        '{"model_type": "llama", "hidden_size": 32,,, oops'
+    )
     ns.garbled_tokenizer = base / "garbled_tokenizer"
     shutil.copytree(ns.draft, ns.garbled_tokenizer)
-    (ns.garbled_tokenizer / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {"a": 0,')
+    (ns.garbled_tokenizer / "tokenizer.json").write_text(
+        '{"model": {"type": "BPE", "vocab": {"a": 0,'
+    )
     ns.mtp_target = base / "mtp_target"
     shutil.copytree(ns.target, ns.mtp_target)
     write_safetensors(
         ns.mtp_target / "model-mtp.safetensors",
-        {"mtp.fc.weight": ("F32", (64, 128)), "mtp.norm.weight": ("F32", (64,)), "mtp.layers.0.self_attn.q_proj.weight": ("F32", (64, 64))},
+        {
+            "mtp.fc.weight": ("F32", (64, 128)),
+            "mtp.norm.weight": ("F32", (64,)),
+            "mtp.layers.0.self_attn.q_proj.weight": ("F32", (64, 64)),
+        },
     )
     ns.head_draft = base / "head_draft"
     shutil.copytree(ns.draft, ns.head_draft)
-    (ns.head_draft / "draft_head.json").write_text(json.dumps({"format": 1, "token_ids": list(range(0, 200))}))
+    (ns.head_draft / "draft_head.json").write_text(
+        json.dumps({"format": 1, "token_ids": list(range(0, 200))})
+    )
     _BUILT[key] = ns
     return ns
 
@@ -221,7 +271,11 @@ def test_sparse_huge_file_reads_only_the_header(tmp_path):
     from app.checkpoints.safetensors_header import summarize_weights
 
     # 8 GB declared (a sparse file: no disk used), read in milliseconds
-    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("F32", (131072, 16384))}, sparse=True)
+    write_safetensors(
+        tmp_path / "model.safetensors",
+        {"model.embed_tokens.weight": ("F32", (131072, 16384))},
+        sparse=True,
+    )
     t = time.perf_counter()
     s = summarize_weights(tmp_path)
     assert time.perf_counter() - t < 0.5

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -13,7 +12,13 @@ import pytest
 from app.checkpoints import hub as H
 from app.cli import main
 from tests.fakehub import FakeHub
-from tests.test_checkpoints_builders import ckpts  # noqa: F401
+from tests.test_checkpoints_builders import standard_checkpoints
+
+
+@pytest.fixture(scope="session")
+def ckpts(tmp_path_factory):
+    return standard_checkpoints(tmp_path_factory.mktemp("ckpts"))
+
 
 REPO = "org/tiny-mlx"
 
@@ -21,10 +26,16 @@ REPO = "org/tiny-mlx"
 @pytest.fixture
 def fakehub(ckpts, tmp_path, monkeypatch):
     hub = FakeHub()
-    extra = {"pytorch_model.bin": b"\x80\x04 pickle never fetched", "modeling_evil.py": b"import os", "README.md": b"# tiny"}
+    extra = {
+        "pytorch_model.bin": b"\x80\x04 pickle never fetched",
+        "modeling_evil.py": b"import os",
+        "README.md": b"# tiny",
+    }
     hub.add_repo(REPO, ckpts.target, files=extra, downloads=50)
     hub.add_repo("org/tiny-draft-mlx", ckpts.draft, downloads=10)
-    hub.add_repo("org/plain-hf", ckpts.draft, tags=["safetensors"], library="transformers", downloads=99)
+    hub.add_repo(
+        "org/plain-hf", ckpts.draft, tags=["safetensors"], library="transformers", downloads=99
+    )
     hub.add_repo("org/gated", ckpts.target, gated=True)
     hub.add_repo("org/pickles", files={"config.json": b"{}", "pytorch_model.bin": b"\x80\x04"})
     hub.start()
@@ -58,7 +69,10 @@ def test_download_with_progress_then_store_resolve_check(fakehub):
     path = H.download(REPO, progress=events.append)
     assert (path / "model.safetensors").is_file() and (path / "README.md").is_file()
     assert not (path / "pytorch_model.bin").exists() and not (path / "modeling_evil.py").exists()
-    assert resolve_gets(fakehub, "pytorch_model.bin") == 0 and resolve_gets(fakehub, "modeling_evil.py") == 0
+    assert (
+        resolve_gets(fakehub, "pytorch_model.bin") == 0
+        and resolve_gets(fakehub, "modeling_evil.py") == 0
+    )
     done = [e.done_bytes for e in events]
     assert done == sorted(done)
     last = events[-1]

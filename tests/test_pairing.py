@@ -10,14 +10,19 @@ import pytest
 
 from app.checkpoints.memory import Budget
 from app.checkpoints.pairing import (
-    BLOCKER,
     VERDICT_FAILS,
     VERDICT_WARNINGS,
     VERDICT_WORKS,
     check,
     suggest_drafts,
 )
-from tests.test_checkpoints_builders import ckpts, make_header_checkpoint  # noqa: F401
+from tests.test_checkpoints_builders import make_header_checkpoint, standard_checkpoints
+
+
+@pytest.fixture(scope="session")
+def ckpts(tmp_path_factory):
+    return standard_checkpoints(tmp_path_factory.mktemp("ckpts"))
+
 
 BIG_BUDGET = Budget(64 * 1024**3, "test budget", 64 * 1024**3)
 
@@ -95,7 +100,10 @@ def test_dflash_drafter_is_recognised(ckpts, name):
     r = run(ckpts.target, folder)
     assert r.kind == "dflash"
     assert "dflash.detected" in r.codes()
-    assert not {"dflash.layers_mismatch", "dflash.hidden_mismatch", "dflash.config_incomplete"} & r.codes()
+    assert (
+        not {"dflash.layers_mismatch", "dflash.hidden_mismatch", "dflash.config_incomplete"}
+        & r.codes()
+    )
     if r.verdict == VERDICT_FAILS:  # only acceptable reason: this build has no DFlash runtime
         assert {f.code for f in r.blockers} == {"kind.runtime_missing"}
     as_full = run(ckpts.target, folder, kind="full-model")
@@ -133,7 +141,10 @@ def test_qwen3_next_config_cannot_roll_back(ckpts, tmp_path):
         "num_key_value_heads": 2, "vocab_size": 320, "full_attention_interval": 4,
     }  # fmt: skip
     folder = make_header_checkpoint(
-        tmp_path / "qn", cfg, {"model.embed_tokens.weight": ("F32", (320, 64))}, tokenizer_from=ckpts.target
+        tmp_path / "qn",
+        cfg,
+        {"model.embed_tokens.weight": ("F32", (320, 64))},
+        tokenizer_from=ckpts.target,
     )
     r = run(folder, ckpts.draft)
     assert "cache.not_trimmable" in {f.code for f in r.blockers}
@@ -207,7 +218,11 @@ def test_reduced_draft_head(ckpts, tmp_path):
 def test_memory_over_budget_shows_figures(ckpts):
     r = check(ckpts.target, ckpts.draft, budget=Budget(1000, "a tiny test budget"))
     (f,) = [f for f in r.blockers if f.code == "memory.over_budget"]
-    assert "target weights" in f.detail and "draft KV cache" in f.detail and "a tiny test budget" in f.detail
+    assert (
+        "target weights" in f.detail
+        and "draft KV cache" in f.detail
+        and "a tiny test budget" in f.detail
+    )
     assert r.memory.total > 1000
 
 
@@ -215,7 +230,10 @@ def test_check_is_fast_on_big_vocab_and_huge_files(ckpts, tmp_path):
     """Two 152k-token tokenizers and multi-GB (sparse) weights: well under a second."""
     n = 151_936
     vocab = {f"tok{i}": i for i in range(n - 3)}
-    added = [{"id": n - 3 + j, "content": s, "special": True} for j, s in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
+    added = [
+        {"id": n - 3 + j, "content": s, "special": True}
+        for j, s in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    ]
     tok = {"model": {"type": "BPE", "vocab": vocab, "merges": []}, "added_tokens": added, "normalizer": None,
            "pre_tokenizer": {"type": "ByteLevel"}}  # fmt: skip
     tok_cfg = {"eos_token": "<|im_end|>", "chat_template": "{{ messages }}"}
@@ -227,7 +245,10 @@ def test_check_is_fast_on_big_vocab_and_huge_files(ckpts, tmp_path):
             "head_dim": 128, "intermediate_size": 3 * hidden, "vocab_size": n, "max_position_embeddings": 40960,
             "torch_dtype": "bfloat16",
         }  # fmt: skip
-        tensors = {"model.embed_tokens.weight": ("BF16", (n, hidden)), "lm_head.weight": ("BF16", (n, hidden))}
+        tensors = {
+            "model.embed_tokens.weight": ("BF16", (n, hidden)),
+            "lm_head.weight": ("BF16", (n, hidden)),
+        }
         for i in range(layers):
             tensors[f"model.layers.{i}.mlp.up_proj.weight"] = ("BF16", (3 * hidden, hidden))
         f = make_header_checkpoint(tmp_path / name, cfg, tensors, sparse=True)
@@ -248,7 +269,16 @@ def test_suggest_drafts_ranks_and_explains(ckpts, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     store = Store(data_dir=tmp_path / "data")
-    for name in ("target", "draft", "other_eos", "permuted", "truncated", "dflash", "mamba", "head_draft"):
+    for name in (
+        "target",
+        "draft",
+        "other_eos",
+        "permuted",
+        "truncated",
+        "dflash",
+        "mamba",
+        "head_draft",
+    ):
         store.import_folder(getattr(ckpts, name), name=name)
     s = suggest_drafts(ckpts.target, store=store, budget=BIG_BUDGET)
     ranked = [x.name for x in s.ranked]

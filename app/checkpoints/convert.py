@@ -30,7 +30,11 @@ class ConvertError(DraftPairError):
 
 
 def default_output_name(source: str, quantize: bool, bits: int) -> str:
-    base = Path(source.rstrip("/")).name if "/" not in source or Path(source).exists() else source.split("/")[-1]
+    base = (
+        Path(source.rstrip("/")).name
+        if "/" not in source or Path(source).exists()
+        else source.split("/")[-1]
+    )
     return f"{base}-mlx-{bits}bit" if quantize else f"{base}-mlx"
 
 
@@ -73,14 +77,18 @@ def convert(
     w = info.weights
     if not w or not w.files:
         if w and w.pickle_files:
-            raise ConvertError("This model only has pickle weights (.bin/.pt), which DraftPair never loads.")
+            raise ConvertError(
+                "This model only has pickle weights (.bin/.pt), which DraftPair never loads."
+            )
         raise ConvertError("This model has no safetensors weights to convert.")
     if w.errors:
         raise ConvertError(f"Its weight files are damaged: {w.errors[0]}")
     if info.config.get("model_file"):
         raise ConvertError("This model needs its own Python code, which DraftPair never runs.")
     if not info.arch_supported:
-        raise ConvertError(f"mlx-lm cannot convert {info.model_type or 'this architecture'} models.")
+        raise ConvertError(
+            f"mlx-lm cannot convert {info.model_type or 'this architecture'} models."
+        )
     if quantize and info.quantization:
         raise ConvertError(f"This model is already quantized ({info.quantization}).")
     if dest is None:

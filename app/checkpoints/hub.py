@@ -34,7 +34,19 @@ ALLOW_PATTERNS = (
     "*.safetensors", "*.safetensors.index.json", "*.json", "*.jinja", "tokenizer.model",
     "*.tiktoken", "tiktoken.model", "*.txt", "*.md",
 )  # fmt: skip
-NEVER_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle", "*.py", "*.msgpack", "*.h5", "*.gguf", "*.onnx")
+NEVER_PATTERNS = (
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.pkl",
+    "*.pickle",
+    "*.py",
+    "*.msgpack",
+    "*.h5",
+    "*.gguf",
+    "*.onnx",
+)
 DISK_MARGIN = 256 * 1024 * 1024
 
 
@@ -60,8 +72,20 @@ def _api():
 def _check_reachable(timeout: float = 5.0) -> None:
     """Fail fast when offline: huggingface_hub itself retries a refused connection for ~20 s."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise HubError("Hugging Face offline mode is on (HF_HUB_OFFLINE), so the Hub cannot be used.")
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
+        raise HubError(
+            "Hugging Face offline mode is on (HF_HUB_OFFLINE), so the Hub cannot be used."
+        )
+    if any(
+        os.environ.get(k)
+        for k in (
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        )
+    ):
         return  # only the proxy knows whether the Hub is reachable
     import socket
     from urllib.parse import urlsplit
@@ -168,34 +192,50 @@ def plain_error(exc: BaseException, repo_id: str = "") -> HubError:
     if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
         return HubError(f"A file of {what} is missing on the Hub.")
     if status == 401:
-        return HubError(f"The Hub refused access to {what}: log in with `hf auth login` and try again.")
+        return HubError(
+            f"The Hub refused access to {what}: log in with `hf auth login` and try again."
+        )
     if status == 403:
         return HubError(f"Your Hugging Face token is not allowed to read {what}.")
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
-        return HubError("Hugging Face offline mode is on (HF_HUB_OFFLINE), so nothing can be downloaded.")
+        return HubError(
+            "Hugging Face offline mode is on (HF_HUB_OFFLINE), so nothing can be downloaded."
+        )
     if isinstance(exc, hf_errors.LocalEntryNotFoundError):
-        return HubError("The Hugging Face Hub cannot be reached: check your internet connection and try again.")
+        return HubError(
+            "The Hugging Face Hub cannot be reached: check your internet connection and try again."
+        )
     if isinstance(exc, hf_errors.HfHubHTTPError):
-        return HubError(f"The Hugging Face Hub answered with an error ({status or 'unknown'}); try again later.")
+        return HubError(
+            f"The Hugging Face Hub answered with an error ({status or 'unknown'}); try again later."
+        )
     try:
         import httpx2 as httpx  # what huggingface_hub uses
     except ImportError:  # pragma: no cover - older hubs use httpx or requests
         httpx = None
     if httpx is not None:
         if isinstance(exc, httpx.ConnectError):
-            return HubError("The Hugging Face Hub cannot be reached: check your internet connection and try again.")
+            return HubError(
+                "The Hugging Face Hub cannot be reached: check your internet connection and try again."
+            )
         if isinstance(exc, httpx.TimeoutException):
             return HubError("The Hugging Face Hub did not answer in time; try again.")
         if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.NetworkError)):
-            return HubError("The connection was lost during the download; run it again to resume (finished files are kept).")
+            return HubError(
+                "The connection was lost during the download; run it again to resume (finished files are kept)."
+            )
     if isinstance(exc, OSError):
         text = str(exc)
         if "Consistency check failed" in text:
-            return HubError("A file arrived incomplete (connection lost); run the download again to resume.")
+            return HubError(
+                "A file arrived incomplete (connection lost); run the download again to resume."
+            )
         if getattr(exc, "errno", None) == 28 or "Not enough free disk space" in text:
             return HubError("There is not enough free disk space for this download.")
         if isinstance(exc, (ConnectionError, TimeoutError)):
-            return HubError("The Hugging Face Hub cannot be reached: check your internet connection and try again.")
+            return HubError(
+                "The Hugging Face Hub cannot be reached: check your internet connection and try again."
+            )
         return HubError(f"Download failed: {exc.strerror or text}.")
     return HubError(f"Download failed: {type(exc).__name__}: {exc}")
 
@@ -227,13 +267,19 @@ def search(query: str, *, limit: int = 20, mlx_only: bool = True) -> list[HubMod
         raise plain_error(exc, "the search") from None
 
 
-def repo_info(repo_id: str, *, revision: str | None = None, allow_patterns=ALLOW_PATTERNS) -> HubRepoInfo:
+def repo_info(
+    repo_id: str, *, revision: str | None = None, allow_patterns=ALLOW_PATTERNS
+) -> HubRepoInfo:
     try:
         info = _api().model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001
         raise plain_error(exc, repo_id) from None
     files = tuple(
-        HubFile(s.rfilename, s.size if s.size is not None else (s.lfs.size if s.lfs else None), is_allowed(s.rfilename, allow_patterns))
+        HubFile(
+            s.rfilename,
+            s.size if s.size is not None else (s.lfs.size if s.lfs else None),
+            is_allowed(s.rfilename, allow_patterns),
+        )
         for s in (info.siblings or [])
     )
     return HubRepoInfo(
@@ -250,7 +296,9 @@ def repo_info(repo_id: str, *, revision: str | None = None, allow_patterns=ALLOW
 class _Meter:
     """Aggregates per-file byte counts into DownloadProgress; raises on cancel."""
 
-    def __init__(self, repo_id: str, total: int, files_total: int, callback, cancel: threading.Event | None):
+    def __init__(
+        self, repo_id: str, total: int, files_total: int, callback, cancel: threading.Event | None
+    ):
         self.repo_id = repo_id
         self.total = total
         self.files_total = files_total
@@ -364,7 +412,9 @@ def download(
     wanted = [f for f in info.files if f.allowed]
     if not any(f.name.endswith(".safetensors") for f in wanted):
         if any(not f.allowed and f.name.endswith((".bin", ".pt", ".pth")) for f in info.files):
-            raise HubError(f"{repo_id} has only pickle weights (.bin/.pt), which DraftPair never downloads.")
+            raise HubError(
+                f"{repo_id} has only pickle weights (.bin/.pt), which DraftPair never downloads."
+            )
         raise HubError(f"{repo_id} has no safetensors weights to download.")
     snap = _snapshot_dir(cache, repo_id, info.sha)
     plan = _Plan(sha=info.sha)

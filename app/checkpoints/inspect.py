@@ -85,9 +85,8 @@ def _mlx_lm_models_dir() -> tuple[Path | None, dict[str, str], str | None]:
     try:  # read mlx-lm's own remapping table without importing mlx
         tree = ast.parse((root / "utils.py").read_text(encoding="utf-8"))
         for node in tree.body:
-            if (
-                isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "MODEL_REMAPPING" for t in node.targets)
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "MODEL_REMAPPING" for t in node.targets
             ):
                 remap = ast.literal_eval(node.value)
     except (OSError, SyntaxError, ValueError):
@@ -107,7 +106,9 @@ def mlx_lm_model_type(model_type: str) -> str:
     return remap.get(model_type, model_type)
 
 
-def mlx_lm_supports(model_type: str | None, architectures: list[str] | None = None) -> tuple[bool, str]:
+def mlx_lm_supports(
+    model_type: str | None, architectures: list[str] | None = None
+) -> tuple[bool, str]:
     """Whether the installed mlx-lm has a module for this family; (ok, detail)."""
     models_dir, _, version = _mlx_lm_models_dir()
     if models_dir is None:
@@ -117,7 +118,10 @@ def mlx_lm_supports(model_type: str | None, architectures: list[str] | None = No
     mapped = mlx_lm_model_type(model_type)
     ok = (models_dir / f"{mapped}.py").is_file()
     via = f" (as {mapped})" if mapped != model_type else ""
-    return ok, f"mlx-lm {version or '?'}: model_type {model_type!r}{via} {'found' if ok else 'not found'} in mlx_lm.models"
+    return (
+        ok,
+        f"mlx-lm {version or '?'}: model_type {model_type!r}{via} {'found' if ok else 'not found'} in mlx_lm.models",
+    )
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,10 @@ def cache_rollback(config: dict, context: int | None = None) -> RollbackInfo:
         model_type in RECURRENT_FAMILIES
         or mapped in RECURRENT_FAMILIES
         or lt & RECURRENT_LAYER_TYPES
-        or any(k in cfg for k in ("ssm_cfg", "mamba_d_state", "hybrid_override_pattern", "linear_attn_config"))
+        or any(
+            k in cfg
+            for k in ("ssm_cfg", "mamba_d_state", "hybrid_override_pattern", "linear_attn_config")
+        )
         or ("state_size" in cfg and "conv_kernel" in cfg)
     ):
         return RollbackInfo(
@@ -208,7 +215,16 @@ def mtp_weights(names: list[str] | set[str], config: dict) -> list[str]:
     return out
 
 
-_READABLE_HF_QUANT = {"bitnet", "mxfp4", "mxfp8", "fp8", "compressed-tensors", "modelopt", "awq", "gptq"}
+_READABLE_HF_QUANT = {
+    "bitnet",
+    "mxfp4",
+    "mxfp8",
+    "fp8",
+    "compressed-tensors",
+    "modelopt",
+    "awq",
+    "gptq",
+}
 
 
 def quantization_summary(config: dict) -> tuple[str | None, str | None]:
@@ -223,11 +239,15 @@ def quantization_summary(config: dict) -> tuple[str | None, str | None]:
         method = str(qc.get("quant_method") or "unknown")
         if method in _READABLE_HF_QUANT:
             if method == "fp8" and not (
-                qc.get("scale_fmt") == "ue8m0" and list(qc.get("weight_block_size") or ()) == [32, 32]
+                qc.get("scale_fmt") == "ue8m0"
+                and list(qc.get("weight_block_size") or ()) == [32, 32]
             ):
                 return "fp8", "its FP8 quantization layout cannot be read by mlx-lm"
             return method, None
-        return method, f"its {method} quantization cannot be read by mlx-lm (convert an unquantized copy)"
+        return (
+            method,
+            f"its {method} quantization cannot be read by mlx-lm (convert an unquantized copy)",
+        )
     return None, None
 
 
@@ -326,12 +346,18 @@ def read_draft_head(folder: Path) -> tuple[list[int] | None, str | None]:
     return ids, None
 
 
-def inspect_checkpoint(path: str | os.PathLike[str], *, read_tokenizer_files: bool = True) -> CheckpointInfo:
+def inspect_checkpoint(
+    path: str | os.PathLike[str], *, read_tokenizer_files: bool = True
+) -> CheckpointInfo:
     """Describe a checkpoint folder. Never raises for bad contents."""
     path = Path(path).expanduser()
     info = CheckpointInfo(path=path)
     if not path.is_dir():
-        info.unsupported_reason = "The folder does not exist." if not path.exists() else "This is a file, not a model folder."
+        info.unsupported_reason = (
+            "The folder does not exist."
+            if not path.exists()
+            else "This is a file, not a model folder."
+        )
         return info
     config, err = read_json_file(path / "config.json")
     if err or not isinstance(config, dict):
@@ -348,7 +374,13 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, read_tokenizer_files: bo
     info.embedding_rows = _embedding_rows(info.weights)
     vs = cfg.get("vocab_size")
     info.vocab_size = int(vs) if isinstance(vs, int) and vs > 0 else None
-    for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "model_max_length"):
+    for key in (
+        "max_position_embeddings",
+        "max_sequence_length",
+        "seq_length",
+        "n_positions",
+        "model_max_length",
+    ):
         v = cfg.get(key)
         if isinstance(v, int) and v > 0:
             info.context_length = v
@@ -363,7 +395,9 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, read_tokenizer_files: bo
         info.chat_template = info.tokenizer.chat_template if info.tokenizer else None
     else:
         tok_cfg, _ = read_json_file(path / "tokenizer_config.json")
-        info.chat_template = read_chat_template(path, tok_cfg if isinstance(tok_cfg, dict) else None)
+        info.chat_template = read_chat_template(
+            path, tok_cfg if isinstance(tok_cfg, dict) else None
+        )
     info.has_chat_template = bool(info.chat_template)
     info.kind, info.unsupported_reason = _classify(info)
     return info

@@ -71,7 +71,6 @@ def _available() -> int | None:
 
 
 def _act_bytes(info: CheckpointInfo) -> int:
-    cfg = info.cfg()
     if info.quantization:
         return 2  # quantized models compute (and cache) in half precision
     return DTYPE_SIZE.get(str(info.dtype or "float16"), 2)
@@ -114,7 +113,9 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.target_weights + self.target_kv + self.draft_weights + self.draft_kv + self.scratch
+        return (
+            self.target_weights + self.target_kv + self.draft_weights + self.draft_kv + self.scratch
+        )
 
     @property
     def drafter_cost(self) -> int:
@@ -181,7 +182,9 @@ def estimate_memory(
         cfg = text_config(target.config or {})
         heads = int(cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 0)
         hidden = int(cfg.get("hidden_size") or 0)
-        head_dim = int(cfg.get("head_dim") or (hidden // max(int(cfg.get("num_attention_heads") or 1), 1)))
+        head_dim = int(
+            cfg.get("head_dim") or (hidden // max(int(cfg.get("num_attention_heads") or 1), 1))
+        )
         d_kv = 2 * heads * head_dim * _act_bytes(target) * context  # one MTP attention layer
     scratch = _scratch(target, context, width) + (_scratch(draft, context, width) if draft else 0)
     return MemoryEstimate(

@@ -30,7 +30,13 @@ from app.checkpoints.inspect import (
     cache_rollback,
     inspect_checkpoint,
 )
-from app.checkpoints.memory import Budget, MemoryEstimate, estimate_memory, format_bytes, memory_budget
+from app.checkpoints.memory import (
+    Budget,
+    MemoryEstimate,
+    estimate_memory,
+    format_bytes,
+    memory_budget,
+)
 
 if TYPE_CHECKING:
     from app.checkpoints.store import Store, StoreEntry
@@ -72,7 +78,12 @@ class Finding:
     detail: str = ""  # the technical facts
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "message": self.message, "detail": self.detail}
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -187,7 +198,12 @@ def _model_findings(info: CheckpointInfo, role: str, out: _Findings) -> bool:
                 "found " + ", ".join(x.name for x in w.pickle_files) + "; no *.safetensors",
             )
         else:
-            out.add(f"{role}.no_weights", BLOCKER, f"The {who} folder has no weight files.", f"no *.safetensors in {p}")
+            out.add(
+                f"{role}.no_weights",
+                BLOCKER,
+                f"The {who} folder has no weight files.",
+                f"no *.safetensors in {p}",
+            )
         return False
     if w.errors:
         out.add(
@@ -211,7 +227,12 @@ def _model_findings(info: CheckpointInfo, role: str, out: _Findings) -> bool:
             f"config.json model_file={info.config.get('model_file')!r}",
         )
     elif info.remote_code:
-        out.add(f"{role}.remote_code_ignored", NOTE, f"The {who}'s custom code is never run.", "config.json auto_map present")
+        out.add(
+            f"{role}.remote_code_ignored",
+            NOTE,
+            f"The {who}'s custom code is never run.",
+            "config.json auto_map present",
+        )
     if info.kind == KIND_DFLASH:
         return True  # DFlash drafters are judged by the dflash checks
     if not info.arch_supported:
@@ -222,7 +243,12 @@ def _model_findings(info: CheckpointInfo, role: str, out: _Findings) -> bool:
             info.arch_detail,
         )
     if info.quantization_problem:
-        out.add(f"{role}.quant_unreadable", BLOCKER, f"The {who}'s compressed weights cannot be read: {info.quantization_problem}.", str(info.quantization))
+        out.add(
+            f"{role}.quant_unreadable",
+            BLOCKER,
+            f"The {who}'s compressed weights cannot be read: {info.quantization_problem}.",
+            str(info.quantization),
+        )
     if info.kind == KIND_UNSUPPORTED and info.unsupported_reason and not out.has_blocker(role):
         out.add(f"{role}.unsupported", BLOCKER, info.unsupported_reason, f"{p}")
     if info.vocab_size is None:
@@ -261,11 +287,26 @@ def _target_findings(t: CheckpointInfo, out: _Findings) -> None:
         )
         return
     if t.draft_head_ids is not None:
-        out.add("target.reduced_head", WARNING, "This model has a reduced output layer made for drafting; it cannot write every token.", "draft_head.json present")
+        out.add(
+            "target.reduced_head",
+            WARNING,
+            "This model has a reduced output layer made for drafting; it cannot write every token.",
+            "draft_head.json present",
+        )
     if t.tokenizer is None:
-        out.add("target.no_tokenizer", BLOCKER, "The target has no tokenizer files, so text cannot be turned into tokens.", f"no tokenizer.json/tokenizer_config.json in {t.path}")
+        out.add(
+            "target.no_tokenizer",
+            BLOCKER,
+            "The target has no tokenizer files, so text cannot be turned into tokens.",
+            f"no tokenizer.json/tokenizer_config.json in {t.path}",
+        )
     elif not t.has_chat_template:
-        out.add("chat_template.target_missing", WARNING, "The target has no chat template, so it can only continue plain text, not chat.", "no chat_template in tokenizer_config.json / chat_template.jinja")
+        out.add(
+            "chat_template.target_missing",
+            WARNING,
+            "The target has no chat template, so it can only continue plain text, not chat.",
+            "no chat_template in tokenizer_config.json / chat_template.jinja",
+        )
 
 
 def _emit_ids(d: CheckpointInfo) -> tuple[list[int], str]:
@@ -285,15 +326,30 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
         return  # already a target blocker
     if dt is None:
         if d.draft_head_ids is not None:
-            out.add("tokenizer.draft_uses_target", NOTE, "The draft has no tokenizer of its own and uses the target's.", "draft folder has no tokenizer files; draft_head.json present")
+            out.add(
+                "tokenizer.draft_uses_target",
+                NOTE,
+                "The draft has no tokenizer of its own and uses the target's.",
+                "draft folder has no tokenizer files; draft_head.json present",
+            )
         else:
-            out.add("tokenizer.draft_missing", BLOCKER, "The draft has no tokenizer files, so DraftPair cannot prove it speaks the target's language.", f"no tokenizer files in {d.path}")
+            out.add(
+                "tokenizer.draft_missing",
+                BLOCKER,
+                "The draft has no tokenizer files, so DraftPair cannot prove it speaks the target's language.",
+                f"no tokenizer files in {d.path}",
+            )
             return
     elif dt.problems:
         return
     if dt is not None and not (tt.mapping_known and dt.mapping_known):
         if tt.file_digest and tt.file_digest == dt.file_digest:
-            out.add("tokenizer.identical_files", NOTE, "Both models ship the same tokenizer file.", f"{tt.source} sha256 {tt.file_digest[:12]}")
+            out.add(
+                "tokenizer.identical_files",
+                NOTE,
+                "Both models ship the same tokenizer file.",
+                f"{tt.source} sha256 {tt.file_digest[:12]}",
+            )
         else:
             out.add(
                 "tokenizer.unverified",
@@ -313,9 +369,13 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
     ids, source = _emit_ids(d)
     target_vocab = t.effective_vocab or tt.size
     mismatched: list[tuple[int, str | None, str | None]] = []
-    out_of_range = sum(1 for i in ids if i >= target_vocab) if ids and ids[-1] >= target_vocab else 0
+    out_of_range = (
+        sum(1 for i in ids if i >= target_vocab) if ids and ids[-1] >= target_vocab else 0
+    )
     special_diff: list[int] = []
-    same_table = dt is not None and tt.id_to_token == dt.id_to_token and tt.special_ids == dt.special_ids
+    same_table = (
+        dt is not None and tt.id_to_token == dt.id_to_token and tt.special_ids == dt.special_ids
+    )
     for i in () if same_table else ids:
         t_text = tt.id_to_token.get(i)
         if i >= target_vocab:
@@ -345,7 +405,12 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
             f"{len(mismatched)} of {len(ids)} {source} map to different text ({examples})",
         )
     elif ids and not out_of_range:
-        out.add("tokenizer.mapping_equal", NOTE, "Both models use the same tokens.", f"all {len(ids)} {source} map to the same text in both tokenizers")
+        out.add(
+            "tokenizer.mapping_equal",
+            NOTE,
+            "Both models use the same tokens.",
+            f"all {len(ids)} {source} map to the same text in both tokenizers",
+        )
     if special_diff:
         out.add(
             "tokenizer.special_flags_differ",
@@ -371,7 +436,9 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
             "The draft ends answers with a different stop token, so it will guess the end of answers badly (output stays correct).",
             f"EOS ids target={sorted(tt.eos_ids)} ({tt.eos_token!r}) draft={sorted(dt.eos_ids)} ({dt.eos_token!r})",
         )
-    if tt.add_bos != dt.add_bos or (tt.add_bos and tt.token_id(tt.bos_token) != dt.token_id(dt.bos_token)):
+    if tt.add_bos != dt.add_bos or (
+        tt.add_bos and tt.token_id(tt.bos_token) != dt.token_id(dt.bos_token)
+    ):
         out.add(
             "tokenizer.bos_differs",
             WARNING,
@@ -379,19 +446,44 @@ def _tokenizer_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) ->
             f"add_bos target={tt.add_bos} ({tt.bos_token!r}) draft={dt.add_bos} ({dt.bos_token!r}); llama.cpp rejects this pair",
         )
     if tt.add_eos != dt.add_eos:
-        out.add("tokenizer.add_eos_differs", WARNING, "The two models end text differently.", f"add_eos target={tt.add_eos} draft={dt.add_eos}")
+        out.add(
+            "tokenizer.add_eos_differs",
+            WARNING,
+            "The two models end text differently.",
+            f"add_eos target={tt.add_eos} draft={dt.add_eos}",
+        )
     if tt.normalizer != dt.normalizer:
-        out.add("tokenizer.normalizer_differs", WARNING, "The two tokenizers clean up text differently before splitting it.", "tokenizer.json normalizer sections differ")
+        out.add(
+            "tokenizer.normalizer_differs",
+            WARNING,
+            "The two tokenizers clean up text differently before splitting it.",
+            "tokenizer.json normalizer sections differ",
+        )
     if tt.pre_tokenizer != dt.pre_tokenizer:
-        out.add("tokenizer.pre_tokenizer_differs", WARNING, "The two tokenizers pre-split text differently.", "tokenizer.json pre_tokenizer sections differ")
+        out.add(
+            "tokenizer.pre_tokenizer_differs",
+            WARNING,
+            "The two tokenizers pre-split text differently.",
+            "tokenizer.json pre_tokenizer sections differ",
+        )
     if t.has_chat_template and d.has_chat_template and t.chat_template != d.chat_template:
-        out.add("chat_template.draft_differs", NOTE, "The draft's chat template differs; it does not matter, the target's template formats the chat.", "chat templates differ")
+        out.add(
+            "chat_template.draft_differs",
+            NOTE,
+            "The draft's chat template differs; it does not matter, the target's template formats the chat.",
+            "chat templates differ",
+        )
 
 
 def _vocab_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) -> None:
     tv, dv = t.effective_vocab, d.effective_vocab
     if d.draft_head_ids is not None:
-        out.add("vocab.reduced_head", NOTE, f"The draft proposes from a reduced list of {len(set(d.draft_head_ids))} tokens.", "draft_head.json")
+        out.add(
+            "vocab.reduced_head",
+            NOTE,
+            f"The draft proposes from a reduced list of {len(set(d.draft_head_ids))} tokens.",
+            "draft_head.json",
+        )
         return
     if tv and dv and dv > tv:
         out.add(
@@ -402,13 +494,25 @@ def _vocab_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) -> Non
         )
         return
     if tv and dv and abs(tv - dv) > 128:
-        out.add("vocab.size_gap", NOTE, "The vocabulary sizes differ a lot; DraftPair compared the tokens themselves instead.", f"|{tv} - {dv}| > 128 (llama.cpp's limit)")
+        out.add(
+            "vocab.size_gap",
+            NOTE,
+            "The vocabulary sizes differ a lot; DraftPair compared the tokens themselves instead.",
+            f"|{tv} - {dv}| > 128 (llama.cpp's limit)",
+        )
     tt = t.tokenizer
     if tt and tv and tt.size and tv > tt.size:
-        out.add("vocab.target_padded", NOTE, "The target's weights have spare padding rows; that is fine.", f"target vocab_size {tv} > tokenizer size {tt.size}")
+        out.add(
+            "vocab.target_padded",
+            NOTE,
+            "The target's weights have spare padding rows; that is fine.",
+            f"target vocab_size {tv} > tokenizer size {tt.size}",
+        )
 
 
-def _rollback_findings(t: CheckpointInfo, kind: str, context: int, out: _Findings, d: CheckpointInfo | None = None) -> None:
+def _rollback_findings(
+    t: CheckpointInfo, kind: str, context: int, out: _Findings, d: CheckpointInfo | None = None
+) -> None:
     if t.config is None:
         return
     rb = cache_rollback(t.config, context)
@@ -423,15 +527,28 @@ def _rollback_findings(t: CheckpointInfo, kind: str, context: int, out: _Finding
             )
             out.add("cache.not_trimmable", sev, msg, rb.reason)
         elif rb.sliding_only:
-            out.add("cache.sliding_window", BLOCKER if hard else WARNING,
-                    f"This target only remembers the last {rb.sliding_window} tokens and cannot undo guesses beyond that.", rb.reason)
+            out.add(
+                "cache.sliding_window",
+                BLOCKER if hard else WARNING,
+                f"This target only remembers the last {rb.sliding_window} tokens and cannot undo guesses beyond that.",
+                rb.reason,
+            )
         elif rb.sliding_window:
-            out.add("cache.sliding_window", WARNING,
-                    f"Speculation will stop once the conversation passes {rb.sliding_window} tokens.", rb.reason)
+            out.add(
+                "cache.sliding_window",
+                WARNING,
+                f"Speculation will stop once the conversation passes {rb.sliding_window} tokens.",
+                rb.reason,
+            )
     if d is not None and d.config is not None and kind == "full-model":
         drb = cache_rollback(d.config, context)
         if not drb.trimmable:
-            out.add("cache.draft_not_trimmable", BLOCKER, "The draft cannot undo rejected guesses, so it cannot be used as a draft.", drb.reason)
+            out.add(
+                "cache.draft_not_trimmable",
+                BLOCKER,
+                "The draft cannot undo rejected guesses, so it cannot be used as a draft.",
+                drb.reason,
+            )
 
 
 def _runtime_findings(kind: str, out: _Findings) -> None:
@@ -458,40 +575,97 @@ def _mtp_findings(t: CheckpointInfo, out: _Findings) -> None:
         detail = "no mtp.* / eh_proj tensors in the safetensors headers"
         if declared:
             detail += f" although config declares {declared} MTP layer(s) (a conversion probably dropped them)"
-        out.add("mtp.no_weights", BLOCKER, "This model has no multi-token-prediction head in its files, so MTP drafting is impossible.", detail)
+        out.add(
+            "mtp.no_weights",
+            BLOCKER,
+            "This model has no multi-token-prediction head in its files, so MTP drafting is impossible.",
+            detail,
+        )
         return
-    out.add("mtp.weights_present", NOTE, "The model ships a multi-token-prediction head.", f"{len(t.mtp_tensors)} MTP tensors, e.g. {t.mtp_tensors[0]}")
+    out.add(
+        "mtp.weights_present",
+        NOTE,
+        "The model ships a multi-token-prediction head.",
+        f"{len(t.mtp_tensors)} MTP tensors, e.g. {t.mtp_tensors[0]}",
+    )
     if t.model_type not in MTP_FAMILIES:
-        out.add("mtp.family_unknown", WARNING, "DraftPair does not know this model family's prediction head and may not run it.", f"model_type {t.model_type}")
+        out.add(
+            "mtp.family_unknown",
+            WARNING,
+            "DraftPair does not know this model family's prediction head and may not run it.",
+            f"model_type {t.model_type}",
+        )
 
 
 def _dflash_findings(t: CheckpointInfo, d: CheckpointInfo, out: _Findings) -> None:
     if d.dflash is None:
-        out.add("draft.not_dflash", BLOCKER, "This draft is not a DFlash drafter.", f"architectures={d.architectures}; no dflash_config")
+        out.add(
+            "draft.not_dflash",
+            BLOCKER,
+            "This draft is not a DFlash drafter.",
+            f"architectures={d.architectures}; no dflash_config",
+        )
         return
     df, tc = d.dflash, t.cfg()
     n_layers = tc.get("num_hidden_layers")
-    out.add("dflash.detected", NOTE, "This is a DFlash drafter.", f"layout {df['layout']}, block_size {df['block_size']}, target_layer_ids {df['target_layer_ids']}")
+    out.add(
+        "dflash.detected",
+        NOTE,
+        "This is a DFlash drafter.",
+        f"layout {df['layout']}, block_size {df['block_size']}, target_layer_ids {df['target_layer_ids']}",
+    )
     if df.get("hidden_size") and tc.get("hidden_size") and df["hidden_size"] != tc["hidden_size"]:
-        out.add("dflash.hidden_mismatch", BLOCKER, "This DFlash drafter was made for a different target model.", f"draft hidden_size {df['hidden_size']} != target {tc['hidden_size']}")
+        out.add(
+            "dflash.hidden_mismatch",
+            BLOCKER,
+            "This DFlash drafter was made for a different target model.",
+            f"draft hidden_size {df['hidden_size']} != target {tc['hidden_size']}",
+        )
     if df.get("num_target_layers") and n_layers and df["num_target_layers"] != n_layers:
-        out.add("dflash.layers_mismatch", BLOCKER, "This DFlash drafter was made for a target with a different number of layers.", f"num_target_layers {df['num_target_layers']} != target num_hidden_layers {n_layers}")
+        out.add(
+            "dflash.layers_mismatch",
+            BLOCKER,
+            "This DFlash drafter was made for a target with a different number of layers.",
+            f"num_target_layers {df['num_target_layers']} != target num_hidden_layers {n_layers}",
+        )
     ids = df.get("target_layer_ids")
     if not isinstance(ids, list) or not ids:
-        out.add("dflash.config_incomplete", BLOCKER, "The DFlash drafter's settings are incomplete.", "dflash_config.target_layer_ids missing")
+        out.add(
+            "dflash.config_incomplete",
+            BLOCKER,
+            "The DFlash drafter's settings are incomplete.",
+            "dflash_config.target_layer_ids missing",
+        )
     elif n_layers and any(not isinstance(i, int) or i >= n_layers for i in ids):
-        out.add("dflash.layers_mismatch", BLOCKER, "This DFlash drafter reads target layers that this target does not have.", f"target_layer_ids {ids} vs {n_layers} layers")
+        out.add(
+            "dflash.layers_mismatch",
+            BLOCKER,
+            "This DFlash drafter reads target layers that this target does not have.",
+            f"target_layer_ids {ids} vs {n_layers} layers",
+        )
     mask = df.get("mask_token_id")
     tv = t.effective_vocab
     if mask is None:
-        out.add("dflash.config_incomplete", BLOCKER, "The DFlash drafter's settings are incomplete.", "mask_token_id missing")
+        out.add(
+            "dflash.config_incomplete",
+            BLOCKER,
+            "The DFlash drafter's settings are incomplete.",
+            "mask_token_id missing",
+        )
     elif tv and mask >= tv:
-        out.add("dflash.mask_out_of_range", BLOCKER, "This DFlash drafter uses a token the target does not have.", f"mask_token_id {mask} >= target vocab {tv}")
+        out.add(
+            "dflash.mask_out_of_range",
+            BLOCKER,
+            "This DFlash drafter uses a token the target does not have.",
+            f"mask_token_id {mask} >= target vocab {tv}",
+        )
 
 
 def _verdict(findings: Iterable[Finding]) -> str:
     sev = {f.severity for f in findings}
-    return VERDICT_FAILS if BLOCKER in sev else VERDICT_WARNINGS if WARNING in sev else VERDICT_WORKS
+    return (
+        VERDICT_FAILS if BLOCKER in sev else VERDICT_WARNINGS if WARNING in sev else VERDICT_WORKS
+    )
 
 
 def check(
@@ -524,42 +698,86 @@ def check(
     d_ok = False
     if d is not None:
         if kind in ("none", "prompt-lookup", "mtp"):
-            out.add("kind.no_draft_model", BLOCKER, f"The {kind} mode does not use a draft model; leave the draft out.", f"kind={kind}, draft={d.path}")
+            out.add(
+                "kind.no_draft_model",
+                BLOCKER,
+                f"The {kind} mode does not use a draft model; leave the draft out.",
+                f"kind={kind}, draft={d.path}",
+            )
         else:
             d_ok = _model_findings(d, "draft", out)
     elif kind in ("full-model", "dflash"):
-        out.add("kind.needs_draft", BLOCKER, f"The {kind} mode needs a draft model.", f"kind={kind}, no draft given")
+        out.add(
+            "kind.needs_draft",
+            BLOCKER,
+            f"The {kind} mode needs a draft model.",
+            f"kind={kind}, no draft given",
+        )
     _runtime_findings(kind, out)
     memory = None
     if t_ok and t.config is not None:
         if t.context_length and context > t.context_length:
-            out.add("context.too_long", WARNING, f"The target was trained for at most {t.context_length} tokens of context.", f"requested context {context}")
+            out.add(
+                "context.too_long",
+                WARNING,
+                f"The target was trained for at most {t.context_length} tokens of context.",
+                f"requested context {context}",
+            )
         if kind != "none" or d is not None:
             _rollback_findings(t, kind, context, out, d if d_ok else None)
         if kind == "mtp":
             _mtp_findings(t, out)
         if d is not None and d_ok and d.config is not None:
             if d.path.resolve() == t.path.resolve():
-                out.add("draft.same_as_target", WARNING, "The draft is the target itself, which can never be faster.", str(d.path))
+                out.add(
+                    "draft.same_as_target",
+                    WARNING,
+                    "The draft is the target itself, which can never be faster.",
+                    str(d.path),
+                )
             if kind == "dflash":
                 _dflash_findings(t, d, out)
             elif kind == "full-model":
                 if d.kind == KIND_DFLASH:
-                    out.add("draft.is_dflash", BLOCKER, "This draft is a DFlash drafter, not a model that writes on its own; use the DFlash mode.", f"architectures={d.architectures}")
+                    out.add(
+                        "draft.is_dflash",
+                        BLOCKER,
+                        "This draft is a DFlash drafter, not a model that writes on its own; use the DFlash mode.",
+                        f"architectures={d.architectures}",
+                    )
                 else:
-                    if d.mtp_tensors and len(d.mtp_tensors) == len(d.weights.tensors if d.weights else {}):
-                        out.add("draft.mtp_only", BLOCKER, "This draft holds only a prediction head, not a full model.", "only MTP tensors")
+                    if d.mtp_tensors and len(d.mtp_tensors) == len(
+                        d.weights.tensors if d.weights else {}
+                    ):
+                        out.add(
+                            "draft.mtp_only",
+                            BLOCKER,
+                            "This draft holds only a prediction head, not a full model.",
+                            "only MTP tensors",
+                        )
                     _vocab_findings(t, d, out)
                     _tokenizer_findings(t, d, out)
                     tp, dp = t.param_count, d.param_count
                     if tp and dp:
                         ratio = dp / tp
                         if ratio >= 1 and d.path.resolve() != t.path.resolve():
-                            out.add("draft.not_smaller", WARNING, "The draft is not smaller than the target, so it will slow things down.", f"draft {dp:,} params vs target {tp:,}")
+                            out.add(
+                                "draft.not_smaller",
+                                WARNING,
+                                "The draft is not smaller than the target, so it will slow things down.",
+                                f"draft {dp:,} params vs target {tp:,}",
+                            )
                         else:
-                            out.add("draft.size_ratio", NOTE, f"The draft is {ratio:.1%} of the target's size.", f"draft {dp:,} params, target {tp:,}")
+                            out.add(
+                                "draft.size_ratio",
+                                NOTE,
+                                f"The draft is {ratio:.1%} of the target's size.",
+                                f"draft {dp:,} params, target {tp:,}",
+                            )
         if not out.has_blocker("target."):
-            memory = estimate_memory(t, d if d_ok else None, context=context, draft_kind=kind, width=width, budget=budget)
+            memory = estimate_memory(
+                t, d if d_ok else None, context=context, draft_kind=kind, width=width, budget=budget
+            )
             _memory_findings(memory, out)
     findings = tuple(out.items)
     return PairingReport(
@@ -591,7 +809,12 @@ def _memory_findings(m: MemoryEstimate, out: _Findings) -> None:
             figures,
         )
     else:
-        out.add("memory.fits", NOTE, f"It fits in memory: about {format_bytes(m.total)} of {format_bytes(m.budget)}.", figures)
+        out.add(
+            "memory.fits",
+            NOTE,
+            f"It fits in memory: about {format_bytes(m.total)} of {format_bytes(m.budget)}.",
+            figures,
+        )
 
 
 # --- suggestions -----------------------------------------------------------------------------
@@ -658,7 +881,9 @@ def suggest_drafts(
             continue
         info = inspect_checkpoint(p)  # store listings skip tokenizer files; pairing needs them
         if info.kind == KIND_UNSUPPORTED:
-            excluded.append(Exclusion(e.name, p, info.unsupported_reason or "DraftPair cannot use it."))
+            excluded.append(
+                Exclusion(e.name, p, info.unsupported_reason or "DraftPair cannot use it.")
+            )
             continue
         kind = "dflash" if info.kind == KIND_DFLASH else "full-model"
         report = check(t, info, kind=kind, context=context, budget=budget)
@@ -667,7 +892,11 @@ def suggest_drafts(
             continue
         ratio = (info.param_count / t.param_count) if info.param_count and t.param_count else None
         if ratio is not None and ratio >= 1:
-            excluded.append(Exclusion(e.name, p, "It is not smaller than the target, so it cannot make it faster."))
+            excluded.append(
+                Exclusion(
+                    e.name, p, "It is not smaller than the target, so it cannot make it faster."
+                )
+            )
             continue
         if kind == "dflash":
             reason = "A DFlash drafter made for this target: usually the fastest option."
@@ -681,7 +910,10 @@ def suggest_drafts(
     ranked.sort(key=lambda s: -s.score)
     options: list[Suggestion] = []
     if t.config is not None:
-        for kind, label in (("prompt-lookup", "prompt lookup (no draft model)"), ("mtp", "MTP head (built into the target)")):
+        for kind, label in (
+            ("prompt-lookup", "prompt lookup (no draft model)"),
+            ("mtp", "MTP head (built into the target)"),
+        ):
             if kind == "mtp" and not t.mtp_tensors:
                 continue
             report = check(t, None, kind=kind, context=context, budget=budget)
@@ -690,5 +922,7 @@ def suggest_drafts(
                 if kind == "prompt-lookup"
                 else "Uses the prediction head shipped inside the target."
             )
-            options.append(Suggestion(label, None, kind, report, reason if report.works else report.summary()))
+            options.append(
+                Suggestion(label, None, kind, report, reason if report.works else report.summary())
+            )
     return Suggestions(str(t.path), tuple(ranked), tuple(excluded), tuple(options))

@@ -51,7 +51,9 @@ def _demo(name: str, progress: Callable[[str], None] | None) -> Path:
     try:
         demo = importlib.import_module("app.demo.target")
     except ImportError:
-        raise ModelLoadError("The built-in demo model is not part of this DraftPair build.") from None
+        raise ModelLoadError(
+            "The built-in demo model is not part of this DraftPair build."
+        ) from None
     if name == "demo":
         try:
             return Path(demo.ensure_demo_target(progress))
@@ -60,7 +62,9 @@ def _demo(name: str, progress: Callable[[str], None] | None) -> Path:
         except Exception as exc:  # noqa: BLE001 - one plain line for the user
             from app.errors import user_message
 
-            raise ModelLoadError(f"The built-in demo model could not be prepared: {user_message(exc)}") from None
+            raise ModelLoadError(
+                f"The built-in demo model could not be prepared: {user_message(exc)}"
+            ) from None
     path = Path(demo.demo_draft_path())
     if not (path / "config.json").is_file():
         raise ModelLoadError("The built-in demo draft is not included in this DraftPair build.")
@@ -83,7 +87,9 @@ def resolve_model(
         if not path.is_dir():
             raise ModelLoadError(f"{path} is a file; a model is a folder with config.json in it.")
         return path
-    looks_like_path = text.startswith((".", "~", os.sep)) or os.sep in text and not _REPO_ID.match(text)
+    looks_like_path = (
+        text.startswith((".", "~", os.sep)) or os.sep in text and not _REPO_ID.match(text)
+    )
     if not looks_like_path:
         if store is None:
             from app.checkpoints.store import Store

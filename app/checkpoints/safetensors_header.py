@@ -156,9 +156,11 @@ def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None
                     errors.append(f"Shard {shard} listed in the index is missing.")
         except (OSError, ValueError, AttributeError):
             errors.append("model.safetensors.index.json is not valid JSON.")
-    pickles = tuple(
-        sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
-    ) if folder.is_dir() else ()
+    pickles = (
+        tuple(sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()))
+        if folder.is_dir()
+        else ()
+    )
     tensors: dict[str, TensorInfo] = {}
     for f in files:
         try:
@@ -178,7 +180,9 @@ def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None
         if t.dtype == "U32" and name.endswith(".weight"):
             base = name[: -len(".weight")]
             if base + ".scales" in tensors:
-                bits = _quant_bits(config, base) or _infer_bits(t, tensors[base + ".scales"], config)
+                bits = _quant_bits(config, base) or _infer_bits(
+                    t, tensors[base + ".scales"], config
+                )
                 params += t.numel * 32 // max(bits, 1)
                 continue
         params += t.numel

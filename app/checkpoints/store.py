@@ -214,7 +214,15 @@ class Store:
             info = inspect_checkpoint(p, read_tokenizer_files=False)
             if not p.exists():
                 info.unsupported_reason = "The imported folder no longer exists."
-            out.append(StoreEntry(str(item.get("name") or p.name), p, SOURCE_IMPORTED, dir_size(p) if p.exists() else 0, info))
+            out.append(
+                StoreEntry(
+                    str(item.get("name") or p.name),
+                    p,
+                    SOURCE_IMPORTED,
+                    dir_size(p) if p.exists() else 0,
+                    info,
+                )
+            )
         return out
 
     def _builtin_entries(self) -> list[StoreEntry]:
@@ -228,7 +236,15 @@ class Store:
             return []
         if not (p / "config.json").exists():
             return []
-        return [StoreEntry("demo-draft", p, SOURCE_BUILTIN, dir_size(p), inspect_checkpoint(p, read_tokenizer_files=False))]
+        return [
+            StoreEntry(
+                "demo-draft",
+                p,
+                SOURCE_BUILTIN,
+                dir_size(p),
+                inspect_checkpoint(p, read_tokenizer_files=False),
+            )
+        ]
 
     def list(self) -> list[StoreEntry]:
         entries = self._builtin_entries() + self._folder_entries() + self._hf_entries()
@@ -252,7 +268,9 @@ class Store:
         return None
 
     # --- changes ----------------------------------------------------------------------------
-    def import_folder(self, path: str | os.PathLike[str], *, name: str | None = None, copy: bool = False) -> StoreEntry:
+    def import_folder(
+        self, path: str | os.PathLike[str], *, name: str | None = None, copy: bool = False
+    ) -> StoreEntry:
         src = Path(path).expanduser().resolve()
         if not src.is_dir():
             raise StoreError(f"{src} is not a folder.")
@@ -289,26 +307,43 @@ class Store:
             raise StoreError("The built-in demo models cannot be removed.")
         if entry.source == SOURCE_IMPORTED:
             reg = self._read_registry()
-            reg["imported"] = [i for i in reg["imported"] if not (isinstance(i, dict) and i.get("name") == entry.name)]
+            reg["imported"] = [
+                i
+                for i in reg["imported"]
+                if not (isinstance(i, dict) and i.get("name") == entry.name)
+            ]
             self._write_registry(reg)
             if delete_files and entry.path.exists():
                 freed = dir_size(entry.path)
                 shutil.rmtree(entry.path)
                 return RemoveResult(entry.name, entry.path, freed, True, f"Deleted {entry.path}.")
-            return RemoveResult(entry.name, entry.path, 0, False, f"Forgot {entry.name}; the folder {entry.path} was left in place.")
+            return RemoveResult(
+                entry.name,
+                entry.path,
+                0,
+                False,
+                f"Forgot {entry.name}; the folder {entry.path} was left in place.",
+            )
         if delete_files is False:
-            raise StoreError(f"{entry.name} lives in {entry.source}; removing it deletes its files.")
+            raise StoreError(
+                f"{entry.name} lives in {entry.source}; removing it deletes its files."
+            )
         if entry.source == SOURCE_HF:
             from huggingface_hub import scan_cache_dir
 
             scanned = scan_cache_dir(self.hf_cache)
-            repo = next(r for r in scanned.repos if r.repo_id == entry.repo_id and r.repo_type == "model")
+            repo = next(
+                r for r in scanned.repos if r.repo_id == entry.repo_id and r.repo_type == "model"
+            )
             strategy = scanned.delete_revisions(*(r.commit_hash for r in repo.revisions))
             strategy.execute()
             if repo.repo_path.exists():  # leftovers (refs, locks, .no_exist) of a now empty repo
                 shutil.rmtree(repo.repo_path, ignore_errors=True)
             return RemoveResult(
-                entry.name, repo.repo_path, strategy.expected_freed_size, True,
+                entry.name,
+                repo.repo_path,
+                strategy.expected_freed_size,
+                True,
                 f"Deleted {entry.repo_id} from the Hugging Face cache.",
             )
         freed = entry.size_bytes

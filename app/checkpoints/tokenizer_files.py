@@ -249,7 +249,9 @@ def _post_processor_flags(post: dict) -> tuple[bool | None, bool | None]:
         return add_bos, add_eos
     if kind == "TemplateProcessing":
         single = post.get("single") or []
-        pieces = ["special" if "SpecialToken" in p else "seq" for p in single if isinstance(p, dict)]
+        pieces = [
+            "special" if "SpecialToken" in p else "seq" for p in single if isinstance(p, dict)
+        ]
         if "seq" in pieces:
             i = pieces.index("seq")
             return ("special" in pieces[:i]), ("special" in pieces[i + 1 :])

@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", help="model folder, store name, HF repo id in the cache, or 'demo'")
     p.add_argument("draft", nargs="?", help="draft model (folder, name, repo id or 'demo-draft')")
     p.add_argument("--kind", choices=KIND_CHOICES, help="drafting kind (default: from the draft)")
-    p.add_argument("--context", type=int, help="context length in tokens (default: min(4096, the target's))")
+    p.add_argument(
+        "--context", type=int, help="context length in tokens (default: min(4096, the target's))"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 

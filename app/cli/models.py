@@ -87,7 +87,9 @@ def run_list(args: argparse.Namespace) -> int:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
     if not entries:
-        print("No local models. Try `draftpair models search QUERY` and `draftpair models pull REPO_ID`.")
+        print(
+            "No local models. Try `draftpair models search QUERY` and `draftpair models pull REPO_ID`."
+        )
         return 0
     rows = [("NAME", "KIND", "SIZE", "PARAMS", "WEIGHTS", "VOCAB", "CONTEXT", "CHAT", "SOURCE")]
     for e in entries:
@@ -104,7 +106,7 @@ def run_list(args: argparse.Namespace) -> int:
         ))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         if i and (args.verbose or entries[i - 1].unsupported_reason):
             e = entries[i - 1]
             if e.unsupported_reason:
@@ -125,7 +127,9 @@ def run_search(args: argparse.Namespace) -> int:
         print(json.dumps([m.__dict__ for m in found], indent=2, default=list))
         return 0
     if not found:
-        print("No models found." + ("" if args.all else " (only MLX models were searched; try --all)"))
+        print(
+            "No models found." + ("" if args.all else " (only MLX models were searched; try --all)")
+        )
         return 0
     for m in found:
         gated = "  [gated]" if m.gated else ""
@@ -165,12 +169,20 @@ def run_pull(args: argparse.Namespace) -> int:
         info = repo_info(args.repo_id, revision=args.revision)
         print(f"{info.repo_id}: {format_bytes(info.download_bytes)} to download", file=sys.stderr)
         if info.skipped:
-            print(f"  skipping {len(info.skipped)} file(s): {', '.join(info.skipped[:5])}", file=sys.stderr)
+            print(
+                f"  skipping {len(info.skipped)} file(s): {', '.join(info.skipped[:5])}",
+                file=sys.stderr,
+            )
         if not info.is_mlx:
-            print("  note: not an MLX-format repo; `draftpair models convert` may be needed.", file=sys.stderr)
+            print(
+                "  note: not an MLX-format repo; `draftpair models convert` may be needed.",
+                file=sys.stderr,
+            )
         cancel = threading.Event()
         try:
-            path = download(args.repo_id, revision=args.revision, progress=_progress_printer(), cancel=cancel)
+            path = download(
+                args.repo_id, revision=args.revision, progress=_progress_printer(), cancel=cancel
+            )
         except KeyboardInterrupt:
             cancel.set()
             print("\nCancelled; run the same command again to resume.", file=sys.stderr)
@@ -202,12 +214,19 @@ def run_rm(args: argparse.Namespace) -> int:
     store = _store()
     entry = store.get(args.name)
     if entry is None:
-        raise CliError(f"No local model is named {args.name!r} (see `draftpair models list`).", EXIT_USAGE)
+        raise CliError(
+            f"No local model is named {args.name!r} (see `draftpair models list`).", EXIT_USAGE
+        )
     deletes = entry.source != SOURCE_IMPORTED
     if deletes and not args.yes:
         if not sys.stdin.isatty():
-            raise CliError(f"This deletes {entry.path} ({format_bytes(entry.size_bytes)}); add --yes.", EXIT_USAGE)
-        answer = input(f"Delete {entry.name} at {entry.path} ({format_bytes(entry.size_bytes)})? [y/N] ")
+            raise CliError(
+                f"This deletes {entry.path} ({format_bytes(entry.size_bytes)}); add --yes.",
+                EXIT_USAGE,
+            )
+        answer = input(
+            f"Delete {entry.name} at {entry.path} ({format_bytes(entry.size_bytes)})? [y/N] "
+        )
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing removed.")
             return 0

@@ -240,6 +240,22 @@ def plain_error(exc: BaseException, repo_id: str = "") -> HubError:
     return HubError(f"Download failed: {type(exc).__name__}: {exc}")
 
 
+def _is_network_error(exc: BaseException) -> bool:
+    try:
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover
+        return isinstance(exc, (ConnectionError, TimeoutError))
+    from huggingface_hub import errors as hf_errors
+
+    if isinstance(exc, hf_errors.LocalEntryNotFoundError) and isinstance(
+        exc.__cause__, httpx.TransportError
+    ):
+        return True
+    if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
+        return True
+    return isinstance(exc, (httpx.TransportError, ConnectionError, TimeoutError))
+
+
 def search(query: str, *, limit: int = 20, mlx_only: bool = True) -> list[HubModel]:
     try:
         api = _api()
@@ -456,6 +472,11 @@ def download(
         except DownloadCancelled:
             raise
         except Exception as exc:  # noqa: BLE001
+            if _is_network_error(exc):  # the Hub answered a moment ago: the link dropped
+                raise HubError(
+                    f"The connection to the Hub was lost while downloading {name}; run the "
+                    "download again to resume (finished files are kept)."
+                ) from None
             raise plain_error(exc, repo_id) from None
         # keep totals exact even when the server's sizes differ from the listing
         meter.done = before + size if meter.done - before != size else meter.done

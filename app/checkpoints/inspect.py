@@ -405,6 +405,11 @@ def inspect_checkpoint(
 
 def _classify(info: CheckpointInfo) -> tuple[str, str | None]:
     w = info.weights
+    if w and w.errors and any("listed in the index is missing" in e for e in w.errors):
+        return KIND_UNSUPPORTED, (
+            "Some of its weight files are missing (an interrupted download?); "
+            "download it again to resume."
+        )
     if info.dflash is not None:
         if w and w.errors:
             return KIND_UNSUPPORTED, w.errors[0]

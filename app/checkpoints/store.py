@@ -187,6 +187,12 @@ class Store:
             if not (rev.snapshot_path / "config.json").exists():
                 continue
             info = inspect_checkpoint(rev.snapshot_path, read_tokenizer_files=False)
+            if info.weights is not None and (not info.weights.files or info.weights.errors):
+                if not info.weights.pickle_files:
+                    info.unsupported_reason = (
+                        "Its download is incomplete; pull it again to resume "
+                        f"(`draftpair models pull {repo.repo_id}`)."
+                    )
             out.append(
                 StoreEntry(
                     name=repo.repo_id,

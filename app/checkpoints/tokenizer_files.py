@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,7 @@ def has_tokenizer_files(folder: Path) -> bool:
 # the same multi-MB file, and parsing it once keeps the pairing check well under a second.
 _PARSED: OrderedDict[str, Any] = OrderedDict()
 _PARSED_MAX = 4
+_PARSED_LOCK = threading.Lock()
 
 
 def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
@@ -126,17 +128,19 @@ def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
         problems.append(f"{path.name} cannot be read ({type(exc).__name__}).")
         return None
     key = hashlib.sha1(raw).hexdigest()
-    if key in _PARSED:
-        _PARSED.move_to_end(key)
-        return _PARSED[key]
+    with _PARSED_LOCK:
+        if key in _PARSED:
+            _PARSED.move_to_end(key)
+            return _PARSED[key]
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
         return None
-    _PARSED[key] = data
-    while len(_PARSED) > _PARSED_MAX:
-        _PARSED.popitem(last=False)
+    with _PARSED_LOCK:
+        _PARSED[key] = data
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
     return data
 
 

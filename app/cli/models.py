@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import threading
@@ -124,7 +125,7 @@ def run_search(args: argparse.Namespace) -> int:
     except HubError as exc:
         raise _fail(exc) from None
     if args.json:
-        print(json.dumps([m.__dict__ for m in found], indent=2, default=list))
+        print(json.dumps([dataclasses.asdict(m) for m in found], indent=2))
         return 0
     if not found:
         print(
@@ -162,9 +163,12 @@ def _progress_printer():
 
 
 def run_pull(args: argparse.Namespace) -> int:
+    import logging
+
     from app.checkpoints.hub import HubError, download, repo_info
     from app.checkpoints.memory import format_bytes
 
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries: our message says it
     try:
         info = repo_info(args.repo_id, revision=args.revision)
         print(f"{info.repo_id}: {format_bytes(info.download_bytes)} to download", file=sys.stderr)

@@ -49,6 +49,8 @@ def build_window(*, theme: str | None = None, autoload: bool = True, data_dir: P
     from app.ui.settings import SettingsStore
     from app.ui.theme import apply_palette, colors_for
 
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
     settings_store = SettingsStore(data_dir / "settings.json" if data_dir else None)
     settings = settings_store.load()
     if theme:
@@ -60,7 +62,50 @@ def build_window(*, theme: str | None = None, autoload: bool = True, data_dir: P
     return MainWindow(ctx)
 
 
-def main(argv: list[str] | None = None, *, theme: str | None = None) -> int:
+def _smoke(window, prompt: str, timeout_s: float) -> None:
+    """Drive the window once: wait for the pair, send ``prompt``, report, close (packaging)."""
+    import json
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    state = {"code": 2}
+
+    def finish(code: int, payload: dict) -> None:
+        state["code"] = code
+        print("SMOKE-RESULT " + json.dumps(payload), flush=True)
+        window.close()
+        QApplication.instance().exit(code)
+
+    def on_state(s) -> None:
+        if s.target and window.chat.job is None and not getattr(window, "_smoke_sent", False):
+            window._smoke_sent = True
+            window.chat.spec_combo.set_kind("prompt-lookup")
+            window.chat.max_spin.setValue(32)
+            window.chat.input.setPlainText(prompt)
+            window.chat.send()
+
+    def on_reply(done) -> None:
+        ok = done.finish_reason in ("stop", "length") and bool(done.text.strip())
+        finish(0 if ok else 1, {"finish_reason": done.finish_reason, "error": done.error,
+                                "tokens": done.timings.predicted_n,
+                                "tok_s": round(done.timings.predicted_per_second, 2),
+                                "target": window.client.state.target})
+
+    window.client.model_state.connect(on_state)
+    window.client.load_failed.connect(lambda m: finish(1, {"error": m}))
+    window.chat.reply_finished.connect(on_reply)
+    QTimer.singleShot(int(timeout_s * 1000), window, lambda: finish(2, {"error": "timeout"}))
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    theme: str | None = None,
+    profile_dir: Path | None = None,
+    smoke_prompt: str | None = None,
+    smoke_timeout_s: float = 300.0,
+) -> int:
     from PySide6.QtCore import QCoreApplication
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
@@ -76,11 +121,13 @@ def main(argv: list[str] | None = None, *, theme: str | None = None) -> int:
     icon = app_icon_path()
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))
-    window = build_window(theme=theme)
+    window = build_window(theme=theme, data_dir=profile_dir)
     hook = ExceptHook(lambda text: window.banner.show_message(text, error=True))
     previous = sys.excepthook
     sys.excepthook = hook
     window.show()
+    if smoke_prompt:
+        _smoke(window, smoke_prompt, smoke_timeout_s)
     try:
         return int(app.exec())
     finally:

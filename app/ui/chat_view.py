@@ -83,6 +83,9 @@ class ChatView(QWidget):
         # conversations column
         self.conv_list = QListWidget()
         self.conv_list.setObjectName("conversations")
+        self.conv_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conv_list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.conv_list.setUniformItemSizes(True)
         self.conv_list.itemSelectionChanged.connect(self._on_conv_selected)
         self.conv_list.itemChanged.connect(self._on_conv_renamed)
         new_btn = QPushButton("New chat")

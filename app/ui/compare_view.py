@@ -67,6 +67,7 @@ class CompareView(QWidget):
         self._cpu: CpuMeter | None = None
         self._request_meta: dict = {}
         self._stopping = False
+        self._texts: dict[str, list[tuple[str, bool]]] = {"off": [], "on": []}
         self._build()
         self._text_timer = QTimer(self)
         self._text_timer.setInterval(66)
@@ -206,6 +207,21 @@ class CompareView(QWidget):
         self.colors = c
         self.panels.apply_colors(c)
         self._set_titles()
+        for mode, view in (("off", self.off_text), ("on", self.on_text)):
+            view.clear()
+            for text, draft in self._texts[mode]:
+                self._insert(view, text, draft)
+        if self.summary is not None and not self._plan:
+            self._show_summary(partial=False, contention=self.summary.cpu_contention)
+
+    def _insert(self, view: QTextBrowser, text: str, draft: bool) -> None:
+        cur = view.textCursor()
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(self.colors.text))
+        if draft:
+            fmt.setBackground(QColor(self.colors.draft_bg))
+        cur.insertText(text, fmt)
 
     def _set_titles(self) -> None:
         kind = KIND_LABELS[self.kind_combo.kind()]
@@ -307,6 +323,7 @@ class CompareView(QWidget):
         if not run.warmup:
             self._latest[run.mode] = job
             (self.on_text if run.mode == "on" else self.off_text).clear()
+            self._texts[run.mode] = []
             runs = []
             if "off" in self._latest:
                 runs.append((self._latest["off"].live, "off", self.colors.off_run))
@@ -320,15 +337,11 @@ class CompareView(QWidget):
         job = self._job
         if job is None or self._current is None or self._current.warmup:
             return
-        view = self.on_text if self._current.mode == "on" else self.off_text
-        cur = view.textCursor()
-        cur.movePosition(QTextCursor.MoveOperation.End)
+        mode = self._current.mode
+        view = self.on_text if mode == "on" else self.off_text
         for seg in job.live.drain_text():
-            fmt = QTextCharFormat()
-            fmt.setForeground(QColor(self.colors.text))
-            if seg.from_draft:
-                fmt.setBackground(QColor(self.colors.draft_bg))
-            cur.insertText(seg.text, fmt)
+            self._texts[mode].append((seg.text, seg.from_draft))
+            self._insert(view, seg.text, seg.from_draft)
 
     def _on_finished(self, job_id: int, done) -> None:
         if self._job is None or job_id != self._job.id:
@@ -363,7 +376,7 @@ class CompareView(QWidget):
         self._plan = []
         self._current = None
         self._text_timer.stop()
-        self.progress.setFormat("stopped" if self._stopping else "done")
+        self.progress.setFormat("stopped at %v/%m runs" if self._stopping else "finished %v/%m runs")
         self._show_summary(partial=False, contention=contention)
         self._update_buttons()
         self.compare_finished.emit(self.summary)
@@ -392,7 +405,10 @@ class CompareView(QWidget):
             else f"<span style='color:{c.warn}'>✘ Outputs differ from token {s.first_difference}</span>"
             f" (of {s.compared_tokens})"
         )
-        mem = f"{'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))}"
+        if abs(s.extra_memory_bytes) < 1024 * 1024:
+            mem = f"none measurable ({'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))})"
+        else:
+            mem = f"{'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))}"
         lines = [
             f"<span style='font-size:26px; font-weight:700; color:{color}'>"
             f"{s.speedup_median:.2f}×</span>&nbsp; <span style='color:{c.muted}'>median speedup · "
@@ -402,7 +418,7 @@ class CompareView(QWidget):
             f"{KIND_LABELS.get(s.kind, s.kind)}: accepted {s.accepted}/{s.proposed}"
             f" ({100 * s.acceptance:.0f}%), mean {s.accept_len_mean:.2f} per round",
             same,
-            f"Extra memory with speculation: {mem} peak MLX"
+            f"Extra memory with speculation: {mem} in peak MLX memory"
             + (f" (draft weights {format_bytes(s.draft_weights_bytes)})" if s.draft_weights_bytes else ""),
         ]
         if s.fallback:

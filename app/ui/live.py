@@ -70,6 +70,7 @@ class LiveSnapshot:
     pressure: str | None
     peak_bytes: int
     done: bool
+    version: int  # changes whenever anything was written (the painter skips idle ticks)
 
 
 @dataclass
@@ -94,10 +95,15 @@ class LiveRun:
         self._peak = 0
         self._done = False
         self._finished_at: float | None = None
+        self._version = 0
+
+    def version(self) -> int:
+        return self._version  # an int read is atomic; no lock needed for a change check
 
     # -- writer side (engine worker thread) -----------------------------------------------
     def on_stage(self, stage: str) -> None:
         with self._lock:
+            self._version += 1
             self._stage = stage
             if stage == "decoding" and self._decode_t0 is None:
                 self._decode_t0 = time.perf_counter()
@@ -105,6 +111,7 @@ class LiveRun:
     def on_token(self, text: str, from_draft: bool, counts: bool = True) -> None:
         now = time.perf_counter()
         with self._lock:
+            self._version += 1
             if text:
                 if self._text and self._text[-1].from_draft == from_draft:
                     self._text[-1] = Segment(self._text[-1].text + text, from_draft)
@@ -125,6 +132,7 @@ class LiveRun:
 
     def on_round(self, index: int, accepted: int) -> None:
         with self._lock:
+            self._version += 1
             self._accepted_sum += accepted
             n = self.rounds.written + 1
             self.rounds.append((index, accepted, self._accepted_sum / n))
@@ -141,6 +149,7 @@ class LiveRun:
     ) -> None:
         now = time.perf_counter()
         with self._lock:
+            self._version += 1
             t0 = self._decode_t0 if self._decode_t0 is not None else self.started
             mb = 1024.0 * 1024.0
             self.memory.append(
@@ -151,6 +160,7 @@ class LiveRun:
 
     def on_done(self) -> None:
         with self._lock:
+            self._version += 1
             self._done = True
             self._stage = "done"
             self._finished_at = time.perf_counter()
@@ -175,4 +185,5 @@ class LiveRun:
                 pressure=self._pressure,
                 peak_bytes=self._peak,
                 done=self._done,
+                version=self._version,
             )

@@ -157,13 +157,14 @@ class ModelsView(QWidget):
         self.pair_tree.setWordWrap(True)
         self.pair_tree.setUniformRowHeights(False)
         self.pair_tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
-        self.pair_tree.header().resizeSection(0, 230)
+        self.pair_tree.header().resizeSection(0, 250)
         self.pair_tree.header().setStretchLastSection(True)
         self.pair_tree.itemSelectionChanged.connect(self._on_pair_selected)
         self.pair_tree.itemDoubleClicked.connect(lambda _i, _c: self._use_selected_pair())
         self.details = QTextBrowser()
         self.details.setObjectName("pairing_details")
         self.details.setMaximumHeight(150)
+        self.details.setPlaceholderText("Select a draft or an excluded model to see every check.")
         self.load_btn = QPushButton("Load target + selected draft")
         self.load_btn.setProperty("role", "primary")
         self.load_btn.clicked.connect(self._use_selected_pair)
@@ -200,11 +201,13 @@ class ModelsView(QWidget):
         srow.addWidget(self.search_btn)
         self.results = QListWidget()
         self.results.setObjectName("hub_results")
+        self.results.addItem("Search the Hub for MLX models, then pick one to download.")
         self.results.itemDoubleClicked.connect(lambda _i: self.download_selected())
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("or type a repo id: owner/name")
         self.results.currentItemChanged.connect(
-            lambda cur, _p: self.repo_edit.setText(cur.data(ROLE_ENTRY)) if cur else None
+            lambda cur, _p: self.repo_edit.setText(cur.data(ROLE_ENTRY))
+            if cur is not None and cur.data(ROLE_ENTRY) else None
         )
         self.download_btn = QPushButton("Download")
         self.download_btn.setProperty("role", "primary")
@@ -448,7 +451,7 @@ class ModelsView(QWidget):
             it.setToolTip(1, sug.reason)
             good.addChild(it)
         if not s.ranked:
-            it = QTreeWidgetItem(["–", "No local checkpoint pairs with this target; see Excluded for why, or download a small model of the same family."])
+            it = QTreeWidgetItem(["–", "None found locally: see Excluded, or download a small model of the same family."])
             it.setFlags(it.flags() & ~Qt.ItemFlag.ItemIsSelectable)
             good.addChild(it)
         for sug in s.no_model_options:

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 from app.ui.live import LiveRun, LiveSnapshot
 from app.ui.theme import LIGHT, Colors
 
-FAST_HZ = 15
+FAST_HZ = 12
 LABEL_EVERY = FAST_HZ  # ticks between label updates (~1 Hz)
 
 
@@ -29,6 +29,7 @@ class _RunCurves:
     color: str
     items: dict[str, pg.PlotDataItem] = field(default_factory=dict)
     last: LiveSnapshot | None = None
+    painted_version: int = -1
 
 
 def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
@@ -41,6 +42,8 @@ def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     item.setLabel("left", left)
     item.setLabel("bottom", bottom)
     item.showGrid(x=True, y=True, alpha=0.15)
+    for name in ("left", "bottom", "right"):
+        item.getAxis(name).enableAutoSIPrefix(False)  # "seconds (x0.001)" confuses people
     item.setClipToView(True)
     item.setDownsampling(mode="peak")
     w.setMinimumHeight(150)
@@ -64,6 +67,7 @@ class LivePanels(QWidget):
         for lab in (self.rate_label, self.accept_label, self.mem_label):
             lab.setProperty("role", "stats")
             lab.setWordWrap(True)
+            lab.setTextFormat(Qt.TextFormat.RichText)
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -79,7 +83,6 @@ class LivePanels(QWidget):
             grid.addWidget(plot, 0, col)
             grid.addWidget(label, 1, col)
             grid.setColumnStretch(col, 1)
-        self._legend = self.mem_plot.getPlotItem().addLegend(offset=(-4, 4), labelTextSize="8pt")
         self._runs: list[_RunCurves] = []
         self._ticks = 0
         self.timer = QTimer(self)
@@ -116,8 +119,6 @@ class LivePanels(QWidget):
                 axis.setPen(pg.mkPen(c.border))
                 axis.setTextPen(pg.mkPen(c.muted))
             item.titleLabel.setText(item.titleLabel.text, color=c.text, size="10pt")
-        self._legend.setLabelTextColor(QColor(c.muted))
-        self._legend.setBrush(pg.mkBrush(QColor(c.base)))
         self.set_runs([(r.run, r.name, r.color) for r in self._runs], keep_timer=True)
 
     def set_runs(self, runs: list[tuple[LiveRun, str, str]], *, keep_timer: bool = False) -> None:
@@ -132,7 +133,6 @@ class LivePanels(QWidget):
                     self.accept_plot.removeItem(item)
                 else:
                     self.mem_plot.removeItem(item)
-        self._legend.clear()
         self._runs = []
         single = len(runs) == 1
         c = self.colors
@@ -159,11 +159,6 @@ class LivePanels(QWidget):
             )
             self._sys_vb.addItem(sys_item)
             rc.items["sys"] = sys_item
-            prefix = f"{name}: " if not single else ""
-            self._legend.addItem(rc.items["mlx"], f"{prefix}MLX active+cache")
-            self._legend.addItem(rc.items["rss"], f"{prefix}process RSS")
-            if single:
-                self._legend.addItem(rc.items["sys"], "system used % (right)")
             self._runs.append(rc)
         self._ticks = 0
         if self._runs:
@@ -183,11 +178,17 @@ class LivePanels(QWidget):
     # -- painting ----------------------------------------------------------------------------
     def refresh(self, force_labels: bool = False) -> None:
         self._ticks += 1
+        label_tick = force_labels or self._ticks % LABEL_EVERY == 0
+        if not force_labels and all(rc.run.version() == rc.painted_version for rc in self._runs):
+            if label_tick:
+                self._update_labels()
+            return  # nothing new: no setData, no repaint (cheap idle ticks)
         all_done = True
         max_rate = 1.0
         max_acc = 1.0
         for rc in self._runs:
             snap = rc.run.snapshot()
+            rc.painted_version = snap.version
             rc.last = snap
             all_done = all_done and snap.done
             r = snap.rate
@@ -213,7 +214,7 @@ class LivePanels(QWidget):
                     rc.items["swap"].setData(m[:, 0], m[:, 4], skipFiniteCheck=True)
         self.rate_plot.setYRange(0, max_rate * 1.15, padding=0)
         self.accept_plot.setYRange(0, max_acc + 0.5, padding=0)
-        if force_labels or all_done or self._ticks % LABEL_EVERY == 0:
+        if label_tick or all_done:
             self._update_labels()
         if all_done and self.timer.isActive():
             self.timer.stop()
@@ -237,16 +238,23 @@ class LivePanels(QWidget):
                 acc.append(f"{prefix}no speculative rounds")
             if len(s.memory):
                 last = s.memory[-1]
+                c = self.colors
+                single = len(self._runs) == 1
+                mlx_c = c.mem_mlx if single else rc.color
+                rss_c = c.mem_rss if single else rc.color
+                sys_c = c.mem_sys if single else rc.color
                 text = (
-                    f"{prefix}MLX {last[1]:.0f} MB · RSS {last[2]:.0f} MB · system "
-                    f"{last[3]:.0f}% · swap {last[4]:.0f} MB"
+                    f"{prefix}<span style='color:{mlx_c}'>MLX {last[1]:.0f} MB</span>"
+                    f" · <span style='color:{rss_c}'>RSS {last[2]:.0f} MB (dashed)</span>"
+                    f" · <span style='color:{sys_c}'>system {last[3]:.0f}% (dotted, right)</span>"
+                    f" · swap {last[4]:.0f} MB"
                 )
                 if s.pressure:
                     text += f" · pressure {s.pressure}"
                 mem.append(text)
-        self.rate_label.setText("\n".join(rate) or "–")
-        self.accept_label.setText("\n".join(acc) or "–")
-        self.mem_label.setText("\n".join(mem) or "–")
+        self.rate_label.setText("<br>".join(rate) or "–")
+        self.accept_label.setText("<br>".join(acc) or "–")
+        self.mem_label.setText("<br>".join(mem) or "–")
 
     def export_png(self, path: str) -> bool:
         return self.grab().save(path, "PNG")

@@ -113,5 +113,7 @@ QPushButton[role="danger"] {{ color: {c.bad}; }}
 QListWidget#nav {{ background: {c.alt_base}; border: none; font-size: 14px; outline: 0; }}
 QListWidget#nav::item {{ padding: 10px 14px; border-radius: 6px; margin: 2px 6px; }}
 QListWidget#nav::item:selected {{ background: {c.accent}; color: {c.accent_text}; }}
+QListWidget#conversations::item {{ padding: 5px 4px; }}
+QListWidget#hub_results::item {{ padding: 4px 2px; }}
 QTextBrowser, QPlainTextEdit, QTextEdit {{ border: 1px solid {c.border}; border-radius: 6px; }}
 """

@@ -1,0 +1,118 @@
+"""Screenshots of every view, light and dark, with the demo model doing real work.
+
+    QT_QPA_PLATFORM=offscreen python packaging/screenshots.py [--out resources/screenshots]
+
+Chats and settings go to a temporary folder; the Models view shows the real local store.
+PNGs are reduced to 256 colours with ImageMagick when available (each < 300 KB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CHAT_PROMPT = (
+    "Fix the typos and return the text otherwise unchanged: The libary opens at nine and "
+    "closes at six. Visitors can borow five books at a time."
+)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=ROOT / "resources" / "screenshots")
+    ap.add_argument("--pairs", type=int, default=2)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.chat_store import ChatStore
+    from app.ui.main_window import AppContext, MainWindow
+    from app.ui.settings import Settings, SettingsStore
+    from app.ui.theme import apply_palette, colors_for
+
+    app = QApplication(sys.argv[:1])
+    tmp = Path(tempfile.mkdtemp())
+    settings = Settings(theme="light", max_tokens=72, compare_max_tokens=64)
+    apply_palette(app, colors_for("light"))
+    # A store with the demo target, the demo draft when shipped, and a tiny model with another
+    # tokenizer, so the pairing panel has something to explain.
+    from app.checkpoints.store import Store
+    from app.demo.target import demo_draft_available, demo_draft_path, demo_target_dir
+    from tests.builders import make_checkpoint
+
+    store = Store(data_dir=tmp / "data", hf_cache=tmp / "hf")
+    store.import_folder(demo_target_dir(), name="demo")
+    if demo_draft_available():
+        store.import_folder(demo_draft_path(), name="demo-draft-copy")
+    other = make_checkpoint(tmp / "tiny-llama-other-tokenizer", tokenizer_kwargs={"permute_seed": 1})
+    store.import_folder(other)
+    ctx = AppContext(SettingsStore(tmp / "s.json"), settings, ChatStore(tmp / "c.db"),
+                     checkpoint_store=store, autoload=True)
+    w = MainWindow(ctx)
+    w.resize(1360, 860)
+    w.show()
+
+    def wait(signal, timeout_ms=600_000):
+        loop = QEventLoop()
+        got = []
+        signal.connect(lambda *a: (got.append(a), loop.quit()))
+        QTimer.singleShot(timeout_ms, loop.quit)
+        loop.exec()
+        return got[0] if got else None
+
+    def pause(ms: int) -> None:
+        loop = QEventLoop()
+        QTimer.singleShot(ms, loop.quit)
+        loop.exec()
+
+    wait(w.client.model_state)
+    chat = w.chat
+    chat.spec_combo.set_kind("prompt-lookup")
+    chat.input.setPlainText(CHAT_PROMPT)
+    chat.send()
+    wait(chat.reply_finished)
+    chat.input.setPlainText("Thanks! Now say it in one short sentence.")
+    chat.send()
+    wait(chat.reply_finished)
+    cmp = w.compare
+    w.show_view("Compare")
+    cmp.runs_spin.setValue(args.pairs)
+    cmp.run()
+    wait(cmp.compare_finished)
+    w.show_view("Models")
+    models = w.models
+    pause(3000)
+    root = models.pair_tree.invisibleRootItem()
+    for i in range(root.childCount()):
+        group = root.child(i)
+        for j in range(group.childCount()):
+            if "other-tokenizer" in group.child(j).text(0):
+                models.pair_tree.setCurrentItem(group.child(j))
+    pause(2000)
+    for theme in ("light", "dark"):
+        w.set_theme(theme)
+        for view in ("Chat", "Compare", "Models"):
+            w.show_view(view)
+            pause(600)
+            path = args.out / f"{view.lower()}-{theme}.png"
+            w.grab().save(str(path))
+            if shutil.which("convert"):
+                subprocess.run(["convert", str(path), "-colors", "256", "PNG8:" + str(path)],
+                               check=False)
+            print(path, path.stat().st_size // 1024, "KB")
+    _ = models
+    w.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

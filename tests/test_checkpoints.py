@@ -227,3 +227,51 @@ def test_cli_convert_quantized(ckpts, env, capsys):
     (pickles / "pytorch_model.bin").write_bytes(b"\x80\x04")
     assert main(["models", "convert", str(pickles), "--out", str(env / "x")]) == 1
     assert "pickle" in capsys.readouterr().err
+
+
+def test_mtp_weights_detected_in_both_layouts(tmp_path, ckpts):
+    from tests.test_checkpoints_builders import make_header_checkpoint
+
+    base = {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 320,
+    }
+    ds = make_header_checkpoint(
+        tmp_path / "dsv3",
+        {
+            **base,
+            "model_type": "deepseek_v3",
+            "num_hidden_layers": 2,
+            "num_nextn_predict_layers": 1,
+        },
+        {
+            "model.embed_tokens.weight": ("F32", (320, 64)),
+            "model.layers.0.mlp.up_proj.weight": ("F32", (64, 64)),
+            "model.layers.2.eh_proj.weight": ("F32", (64, 128)),
+            "model.layers.2.enorm.weight": ("F32", (64,)),
+        },
+        tokenizer_from=ckpts.target,
+    )
+    info = inspect_checkpoint(ds)
+    assert info.kind == KIND_MTP_TARGET
+    assert set(info.mtp_tensors) == {"model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight"}
+    q = make_header_checkpoint(
+        tmp_path / "q35",
+        {**base, "model_type": "qwen3_5", "num_hidden_layers": 2, "mtp_num_hidden_layers": 1},
+        {
+            "model.language_model.embed_tokens.weight": ("F32", (320, 64)),
+            "mtp.fc.weight": ("F32", (64, 128)),
+        },
+        tokenizer_from=ckpts.target,
+    )
+    info = inspect_checkpoint(q)
+    assert info.kind == KIND_MTP_TARGET and info.mtp_tensors == ["mtp.fc.weight"]
+    only_head = make_header_checkpoint(
+        tmp_path / "head_only",
+        {**base, "model_type": "qwen3_5", "num_hidden_layers": 2},
+        {"mtp.fc.weight": ("F32", (64, 128))},
+    )
+    info = inspect_checkpoint(only_head)
+    assert info.kind == KIND_UNSUPPORTED and "prediction head" in info.unsupported_reason

@@ -178,3 +178,13 @@ def test_cli_search_and_pull(fakehub, capsys):
     assert last.startswith("draftpair: error:") and "gated" in last and "Traceback" not in err
     assert main(["models", "rm", REPO, "--yes"]) == 0
     assert "Freed" in capsys.readouterr().out
+
+
+def test_cli_convert_from_repo_id(fakehub, capsys):
+    from app.checkpoints.store import SOURCE_MODELS, Store
+
+    assert main(["models", "convert", "org/plain-hf"]) == 0
+    out = capsys.readouterr().out.strip()
+    entry = Store().get("plain-hf-mlx")
+    assert entry is not None and entry.source == SOURCE_MODELS and str(entry.path) == out
+    assert entry.kind == "chat" and entry.param_count

@@ -294,3 +294,63 @@ def test_suggest_drafts_ranks_and_explains(ckpts, tmp_path, monkeypatch):
     dflash_ok = "dflash" in ranked
     assert dflash_ok or "DFlash" in excluded["dflash"]
     assert any(o.kind == "prompt-lookup" and o.report.works for o in s.no_model_options)
+
+
+def _variant(src, dest, *, tok_json=None, tok_cfg=None, config=None):
+    shutil.copytree(src, dest)
+    for name, change in (
+        ("tokenizer.json", tok_json),
+        ("tokenizer_config.json", tok_cfg),
+        ("config.json", config),
+    ):
+        if change:
+            data = json.loads((dest / name).read_text())
+            change(data)
+            (dest / name).write_text(json.dumps(data))
+    return dest
+
+
+def test_tokenizer_details_are_compared(ckpts, tmp_path):
+    pre = _variant(
+        ckpts.draft,
+        tmp_path / "pre",
+        tok_json=lambda d: d.update(pre_tokenizer={"type": "Whitespace"}),
+    )
+    assert "tokenizer.pre_tokenizer_differs" in {f.code for f in run(ckpts.target, pre).warnings}
+    norm = _variant(
+        ckpts.draft, tmp_path / "norm", tok_json=lambda d: d.update(normalizer={"type": "NFKC"})
+    )
+    assert "tokenizer.normalizer_differs" in {f.code for f in run(ckpts.target, norm).warnings}
+    bos = _variant(
+        ckpts.draft,
+        tmp_path / "bos",
+        tok_cfg=lambda d: d.update(add_bos_token=True, bos_token="<|im_start|>"),
+    )
+    r = run(ckpts.target, bos)
+    assert r.verdict == VERDICT_WARNINGS and "tokenizer.bos_differs" in r.codes()
+    tmpl = _variant(
+        ckpts.draft, tmp_path / "tmpl", tok_cfg=lambda d: d.update(chat_template="{{ x }}")
+    )
+    r = run(ckpts.target, tmpl)
+    assert r.verdict == VERDICT_WORKS and "chat_template.draft_differs" in r.codes()
+    no_tmpl = _variant(ckpts.target, tmp_path / "no_tmpl", tok_cfg=lambda d: d.pop("chat_template"))
+    assert "chat_template.target_missing" in {
+        f.code for f in run(no_tmpl, kind="prompt-lookup").warnings
+    }
+
+
+def test_unreadable_quantization_and_remote_code(ckpts, tmp_path):
+    bnb = _variant(
+        ckpts.draft,
+        tmp_path / "bnb",
+        config=lambda c: c.update(quantization_config={"quant_method": "bitsandbytes"}),
+    )
+    assert "target.quant_unreadable" in {f.code for f in run(bnb).blockers}
+    code = _variant(
+        ckpts.draft, tmp_path / "code", config=lambda c: c.update(model_file="modeling_x.py")
+    )
+    assert "target.remote_code" in {f.code for f in run(code).blockers}
+    auto = _variant(
+        ckpts.draft, tmp_path / "auto", config=lambda c: c.update(auto_map={"AutoModel": "x.Y"})
+    )
+    assert "target.remote_code_ignored" in run(auto).codes()

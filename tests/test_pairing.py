@@ -354,3 +354,36 @@ def test_unreadable_quantization_and_remote_code(ckpts, tmp_path):
         ckpts.draft, tmp_path / "auto", config=lambda c: c.update(auto_map={"AutoModel": "x.Y"})
     )
     assert "target.remote_code_ignored" in run(auto).codes()
+
+
+def _sentencepiece_folder(src, dest, corpus):
+    import io
+
+    sentencepiece = pytest.importorskip("sentencepiece")
+    from tests.builders import CORPUS
+
+    buf = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus or CORPUS),
+        model_writer=buf,
+        vocab_size=120,
+        model_type="bpe",
+        minloglevel=2,
+    )
+    shutil.copytree(src, dest)
+    (dest / "tokenizer.json").unlink()
+    (dest / "tokenizer.model").write_bytes(buf.getvalue())
+    return dest
+
+
+def test_sentencepiece_only_tokenizers(ckpts, tmp_path):
+    from tests.builders import CORPUS
+
+    t = _sentencepiece_folder(ckpts.target, tmp_path / "sp_t", None)
+    d = _sentencepiece_folder(ckpts.draft, tmp_path / "sp_d", None)
+    r = run(t, d)
+    assert r.verdict == VERDICT_WORKS, r.format_text()
+    assert "tokenizer.mapping_equal" in r.codes()
+    other = _sentencepiece_folder(ckpts.draft, tmp_path / "sp_o", [c[::-1] for c in CORPUS])
+    r = run(t, other)
+    assert "tokenizer.mapping_mismatch" in {f.code for f in r.blockers}

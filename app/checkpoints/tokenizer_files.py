@@ -192,9 +192,16 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info.source = name
         info.vocab_type = "SentencePiece" if name == "tokenizer.model" else "Tekken"
         try:
-            info.file_digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            raw = (folder / name).read_bytes()
+            info.file_digest = hashlib.sha256(raw).hexdigest()
+            if name == "tokenizer.model":
+                pieces, normalizer = _sentencepiece_pieces(raw)
+                info.id_to_token = dict(enumerate(pieces))
+                info.normalizer = normalizer
         except OSError:
             problems.append(f"{name} cannot be read.")
+        except ValueError:
+            problems.append(f"{name} is damaged (not a SentencePiece model).")
     elif isinstance(tok_json, dict):
         problems.append("tokenizer.json has no model section.")
 
@@ -210,7 +217,8 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
                 continue
             if idx not in info.added:
                 info.added[idx] = text
-                info.id_to_token.setdefault(idx, text)
+                if info.id_to_token:  # never build a partial table from added tokens alone
+                    info.id_to_token.setdefault(idx, text)
             if isinstance(tok, dict) and tok.get("special"):
                 info.special_ids.add(idx)
 
@@ -262,3 +270,58 @@ def _post_processor_flags(post: dict) -> tuple[bool | None, bool | None]:
     if kind in ("BertProcessing", "RobertaProcessing"):
         return True, True
     return None, None
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("bad varint")
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of one protobuf message; value is bytes or int."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        field_no, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos : pos + 8], pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            if pos + n > len(buf):
+                raise ValueError("truncated field")
+            value, pos = buf[pos : pos + n], pos + n
+        elif wire == 5:
+            value, pos = buf[pos : pos + 4], pos + 4
+        else:
+            raise ValueError("unsupported wire type")
+        yield field_no, wire, value
+
+
+def _sentencepiece_pieces(raw: bytes) -> tuple[list[str], str | None]:
+    """Piece texts (index = id) and the normalizer spec of a SentencePiece ModelProto."""
+    pieces: list[str] = []
+    normalizer = None
+    for field_no, wire, value in _fields(raw):
+        if field_no == 1 and wire == 2:  # repeated SentencePiece { string piece = 1; ... }
+            text = ""
+            for f2, w2, v2 in _fields(value):
+                if f2 == 1 and w2 == 2:
+                    text = v2.decode("utf-8", errors="replace")
+            pieces.append(text)
+        elif field_no == 3 and wire == 2:  # NormalizerSpec
+            normalizer = hashlib.sha256(value).hexdigest()
+    if not pieces:
+        raise ValueError("no pieces")
+    return pieces, normalizer

@@ -245,3 +245,34 @@ def test_download_progress_cancel_and_resume_against_the_fake_hub(
         assert updates[-1].total_bytes > 0 and updates[-1].files_total >= 3
     finally:
         hub.stop()
+
+
+def test_bench_view_runs_the_quick_suite_on_the_loaded_pair(qtbot, make_window, monkeypatch):
+    pytest.importorskip("app.bench.runner")
+    from app.bench import BenchConfig
+
+    w = make_window(draft=True)
+    bench = w.bench
+    assert bench is not None
+    w.show_view("Bench")
+    real = BenchConfig.quick_preset
+
+    def tiny_quick(**kw):  # the quick suite, cut to one task and few tokens for the test
+        import dataclasses
+
+        from app.bench.suite import load_suite
+
+        cfg = real(**kw)
+        first = next(t for t in load_suite(cfg.suite_path) if t.quick)
+        return dataclasses.replace(cfg, task_ids=(first.id,), max_tokens=12, peers=False)
+
+    monkeypatch.setattr(BenchConfig, "quick_preset", staticmethod(tiny_quick))
+    with qtbot.waitSignal(bench.bench_done, timeout=120_000) as blocker:
+        qtbot.mouseClick(bench.run_btn, Qt.MouseButton.LeftButton)
+    report = blocker.args[0]
+    assert report is not None and not report.cancelled
+    assert bench.table.rowCount() >= 2
+    conditions = {bench.table.item(r, 3).text() for r in range(bench.table.rowCount())}
+    assert "Off" in conditions and len(conditions) >= 2
+    assert bench.chart.pixmap() is not None and not bench.chart.pixmap().isNull()
+    assert bench.progress.value() == 1000

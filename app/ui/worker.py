@@ -59,6 +59,8 @@ class EngineWorker(QObject):
     job_status = Signal(int, str, str)  # job id, stage, message
     job_notice = Signal(int, str, str)  # job id, code, message
     job_finished = Signal(int, object)  # job id, DoneEvent
+    bench_progress = Signal(object)  # app.bench Progress
+    bench_finished = Signal(object, str)  # BenchReport or None, error message
 
     def __init__(self) -> None:
         super().__init__()
@@ -175,6 +177,24 @@ class EngineWorker(QObject):
         live.on_done()
         self.job_finished.emit(job.id, done)
 
+    @Slot(object, object)
+    def bench(self, config: Any, cancel: threading.Event) -> None:
+        """Run the benchmark on this thread, reusing the loaded pair."""
+        from app.errors import user_message
+
+        try:
+            from app.bench import run_bench
+
+            session = self._ensure_session()
+            report = run_bench(
+                config, progress=self.bench_progress.emit, cancel=cancel,
+                session=session if session.target is not None else None,
+            )
+        except Exception as exc:  # errors cross as data
+            self.bench_finished.emit(None, user_message(exc))
+            return
+        self.bench_finished.emit(report, "")
+
     @Slot()
     def shutdown(self) -> None:
         """Drop every MLX object on this thread, then stop the thread's event loop."""
@@ -219,8 +239,11 @@ class EngineClient(QObject):
     job_status = Signal(int, str, str)
     job_notice = Signal(int, str, str)
     job_finished = Signal(int, object)
+    bench_progress = Signal(object)
+    bench_finished = Signal(object, str)
 
     _load = Signal(str, str)
+    _bench = Signal(object, object)
     _unload_draft = Signal()
     _generate = Signal(object)
     _shutdown = Signal()
@@ -244,6 +267,10 @@ class EngineClient(QObject):
         w.job_status.connect(self._relay_status, q)
         w.job_notice.connect(self._relay_notice, q)
         w.job_finished.connect(self._relay_finished, q)
+        w.bench_progress.connect(self._relay_bench_progress, q)
+        w.bench_finished.connect(self._relay_bench_finished, q)
+        self._bench.connect(self.worker.bench, q)
+        self.bench_cancel: threading.Event | None = None
         self.jobs: dict[int, Job] = {}
         self.state = ModelState()
         self.busy_loading = False
@@ -261,6 +288,11 @@ class EngineClient(QObject):
         self.jobs[job.id] = job
         self._generate.emit(job)
         return job
+
+    def bench(self, config: Any) -> threading.Event:
+        self.bench_cancel = threading.Event()
+        self._bench.emit(config, self.bench_cancel)
+        return self.bench_cancel
 
     def stop(self, job_id: int | None = None) -> None:
         for jid, job in list(self.jobs.items()):
@@ -298,6 +330,15 @@ class EngineClient(QObject):
     def _relay_notice(self, job_id: int, code: str, message: str) -> None:
         self.job_notice.emit(job_id, code, message)
 
+    @Slot(object)
+    def _relay_bench_progress(self, p: object) -> None:
+        self.bench_progress.emit(p)
+
+    @Slot(object, str)
+    def _relay_bench_finished(self, report: object, error: str) -> None:
+        self.bench_cancel = None
+        self.bench_finished.emit(report, error)
+
     @Slot(int, object)
     def _relay_finished(self, job_id: int, done: object) -> None:
         self.jobs.pop(job_id, None)
@@ -308,6 +349,8 @@ class EngineClient(QObject):
         if not self.thread.isRunning():
             return True
         self.stop()
+        if self.bench_cancel is not None:
+            self.bench_cancel.set()
         self._shutdown.emit()
         deadline = time.monotonic() + timeout_s
         while self.thread.isRunning() and time.monotonic() < deadline:

@@ -1,0 +1,293 @@
+"""The Bench view: run the task suite on the loaded pair, see speedups and a recommendation.
+
+The measurement itself is ``app.bench.run_bench`` on the engine worker thread (the numbers are
+the ones ``draftpair bench`` reports); this view only starts it, shows progress and results.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.format import KIND_LABELS
+from app.ui.settings import Settings
+from app.ui.theme import LIGHT, Colors
+from app.ui.widgets import Banner
+from app.ui.worker import EngineClient, ModelState
+
+COLUMNS = ("Task", "Kind", "T", "Speculation", "tok/s", "Speedup", "Verdict", "Accepted/round",
+           "Same text as off")
+
+
+class BenchView(QWidget):
+    bench_done = Signal(object)  # BenchReport | None
+
+    def __init__(
+        self,
+        client: EngineClient,
+        settings: Settings,
+        banner: Banner,
+        parent: QWidget | None = None,
+        *,
+        colors: Colors = LIGHT,
+    ):
+        super().__init__(parent)
+        self.client = client
+        self.settings = settings
+        self.banner = banner
+        self.colors = colors
+        self.report: Any = None
+        self._running = False
+        self._build()
+        client.bench_progress.connect(self._on_progress)
+        client.bench_finished.connect(self._on_finished)
+        self.on_model_state(client.state)
+
+    def _build(self) -> None:
+        title = QLabel("Bench: which speculation pays on which kind of task")
+        title.setProperty("role", "title")
+        self.preset = QComboBox()
+        self.preset.addItem("Quick (about a minute: short tasks, T=0, 1 run)", "quick")
+        self.preset.addItem("Full (several minutes: every task, repeats)", "full")
+        self.preset.currentIndexChanged.connect(self._update_buttons)
+        self.runs = QSpinBox()
+        self.runs.setRange(1, 10)
+        self.runs.setValue(3)
+        self.runs.setToolTip("Repeats per task and condition (Full only); medians are reported")
+        self.hot = QCheckBox("Also at temperature 1")
+        self.run_btn = QPushButton("Run bench")
+        self.run_btn.setProperty("role", "primary")
+        self.run_btn.clicked.connect(self.run)
+        self.stop_btn = QPushButton("Stop")
+        self.stop_btn.clicked.connect(self.stop)
+        self.export_btn = QPushButton("Save report…")
+        self.export_btn.setToolTip("report.json, runs.csv, report.md and speedup.png")
+        self.export_btn.clicked.connect(lambda: self.export())
+        row = QHBoxLayout()
+        row.addWidget(self.preset)
+        row.addWidget(QLabel("Runs"))
+        row.addWidget(self.runs)
+        row.addWidget(self.hot)
+        row.addSpacing(12)
+        row.addWidget(self.run_btn)
+        row.addWidget(self.stop_btn)
+        row.addWidget(self.export_btn)
+        row.addStretch(1)
+        self.pair_label = QLabel("")
+        self.pair_label.setProperty("role", "muted")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(0)
+        self.progress.setFormat("idle")
+        self.message = QLabel("")
+        self.message.setProperty("role", "muted")
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("bench_table")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setAlternatingRowColors(True)
+        self.table.setShowGrid(False)
+        hdr = self.table.horizontalHeader()
+        hdr.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        hdr.setStretchLastSection(True)
+
+        self.chart = QLabel("The speedup chart appears here after a run.")
+        self.chart.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.chart.setProperty("role", "muted")
+        chart_scroll = QScrollArea()
+        chart_scroll.setWidget(self.chart)
+        chart_scroll.setWidgetResizable(True)
+        self.recs = QLabel("")
+        self.recs.setWordWrap(True)
+        self.recs.setTextFormat(Qt.TextFormat.RichText)
+        self.recs.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        rec_title = QLabel("Recommendation")
+        rec_title.setProperty("role", "title")
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.addWidget(rec_title)
+        rv.addWidget(self.recs)
+        rv.addWidget(chart_scroll, 1)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(right)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setChildrenCollapsible(False)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 8, 10, 8)
+        outer.addWidget(title)
+        outer.addWidget(self.pair_label)
+        outer.addLayout(row)
+        outer.addWidget(self.progress)
+        outer.addWidget(self.message)
+        outer.addWidget(split, 1)
+        self._update_buttons()
+
+    def apply_colors(self, c: Colors) -> None:
+        self.colors = c
+        if self.report is not None:
+            self._show(self.report)
+
+    def on_model_state(self, state: ModelState) -> None:
+        if state.target:
+            draft = f" and draft {state.draft}" if state.draft else " (no draft model: the draft-model rows are skipped)"
+            self.pair_label.setText(f"Runs on the loaded pair: {state.target}{draft}.")
+        else:
+            self.pair_label.setText("Load a model first (Models).")
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        ready = bool(self.client.state.target) and not self.client.busy_loading
+        self.run_btn.setEnabled(ready and not self._running)
+        self.stop_btn.setEnabled(self._running)
+        self.export_btn.setEnabled(self.report is not None and not self._running)
+        full = self.preset.currentData() == "full"
+        self.runs.setEnabled(full and not self._running)
+        self.preset.setEnabled(not self._running)
+        self.hot.setEnabled(not self._running)
+
+    def run(self) -> None:
+        if self._running or not self.run_btn.isEnabled():
+            return
+        from app.bench import BenchConfig
+
+        temps = (0.0, 1.0) if self.hot.isChecked() else (0.0,)
+        st = self.client.state
+        common = dict(model=st.target_path or "demo", draft_model=st.draft_path, temperatures=temps)
+        if self.preset.currentData() == "quick":
+            config = BenchConfig.quick_preset(**common)
+        else:
+            config = BenchConfig(runs=self.runs.value(), **common)
+        self._running = True
+        self.report = None
+        self.progress.setValue(0)
+        self.progress.setFormat("starting… %p%")
+        self.message.setText("Warming up; each task runs with speculation off and on, alternately.")
+        self.client.bench(config)
+        self._update_buttons()
+
+    def stop(self) -> None:
+        if self.client.bench_cancel is not None:
+            self.client.bench_cancel.set()
+            self.message.setText("Stopping after the current request…")
+
+    def _on_progress(self, p: Any) -> None:
+        self.progress.setValue(int(1000 * p.fraction))
+        self.progress.setFormat(f"{p.done}/{p.total} runs  (%p%)")
+        self.message.setText(p.message)
+
+    def _on_finished(self, report: Any, error: str) -> None:
+        self._running = False
+        if report is None:
+            self.progress.setFormat("failed")
+            self.banner.show_message(f"Bench failed: {error}", error=True)
+        else:
+            self.report = report
+            self.progress.setValue(1000)
+            self.progress.setFormat("stopped early: partial results" if report.cancelled else "done")
+            self._show(report)
+        self._update_buttons()
+        self.bench_done.emit(report)
+
+    def _show(self, report: Any) -> None:
+        c = self.colors
+        rows = report.summary.get("rows", [])
+        self.table.setRowCount(len(rows))
+        verdict_color = {"faster": c.ok, "slower": c.bad, "baseline": c.muted}
+        for r, row in enumerate(rows):
+            ident = row.get("identity_vs_off") or {}
+            same = "" if not ident else ("yes" if ident.get("identical") else
+                                         f"no, from token {ident.get('first_difference', '?')}")
+            cond = row["condition"]
+            cells = (
+                row["task_id"], row.get("task_kind", ""), f"{row['temperature']:g}",
+                {"off": "Off", **KIND_LABELS}.get(cond, cond), f"{row.get('decode_tps') or 0:.1f}",
+                f"{row['speedup']:.2f}×" if row.get("speedup") is not None else "–",
+                row.get("verdict", ""),
+                f"{row['accept_len_mean']:.2f}" if row.get("accept_len_mean") is not None else "",
+                same,
+            )
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(str(text))
+                if col == 6:
+                    item.setForeground(QBrush(QColor(verdict_color.get(str(text), c.warn))))
+                if row.get("flagged_runs") and col == 0:
+                    item.setToolTip("Another program competed for the CPU during some runs.")
+                self.table.setItem(r, col, item)
+        try:
+            from app.bench import render_speedup_chart
+
+            pix = QPixmap()
+            pix.loadFromData(render_speedup_chart(report.summary))
+            self.chart.setPixmap(pix)
+        except Exception as exc:  # a chart problem must not hide the table
+            self.chart.setText(f"No chart: {exc}")
+        try:
+            from app.bench import recommend_drafters
+
+            recs = recommend_drafters(report)
+        except Exception as exc:
+            recs = {}
+            self.recs.setText(f"No recommendation: {html.escape(str(exc))}")
+        if recs:
+            lines = []
+            for kind, rec in recs.items():
+                what = KIND_LABELS.get(rec.draft_kind, rec.draft_kind)
+                speed = f" ({rec.speedup:.2f}×)" if rec.speedup else ""
+                lines.append(f"<b>{html.escape(kind)}</b>: {html.escape(what)}{speed} — "
+                             f"<span style='color:{c.muted}'>{html.escape(rec.reason)}</span>")
+            self.recs.setText("<br>".join(lines))
+        contention = report.summary.get("contention") or {}
+        if contention.get("flagged_measured"):
+            self.message.setText(
+                f"{contention['flagged_measured']} runs were flagged: other programs used the CPU "
+                "during them, so their numbers may be noisy."
+            )
+
+    def export(self, folder: str | None = None) -> dict | None:
+        if self.report is None:
+            return None
+        if folder is None:
+            folder = QFileDialog.getExistingDirectory(self, "Save the bench report in…", str(Path.home()))
+            if not folder:
+                return None
+        from app.bench import write_report
+
+        try:
+            out = write_report(self.report, folder)
+        except OSError as exc:
+            self.banner.show_message(f"Could not save the report: {exc}", error=True)
+            return None
+        self.banner.show_message(f"Bench report saved in {folder}.", timeout_ms=6000)
+        return out
+
+    def shutdown(self) -> None:
+        self.stop()

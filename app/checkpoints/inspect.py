@@ -49,6 +49,15 @@ RECURRENT_FAMILIES = {
 }  # fmt: skip
 RECURRENT_LAYER_TYPES = {"linear_attention", "mamba", "conv", "recurrent", "ssm", "mamba2"}
 SLIDING_LAYER_TYPES = {"sliding_attention", "sliding_window", "local", "chunked_attention"}
+ROTATING_FAMILIES = {
+    "gemma3",
+    "gemma3_text",
+    "gemma3n",
+    "cohere2",
+    "exaone4",
+    "gemma4",
+    "gemma4_text",
+}
 MTP_FAMILIES = {"qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3", "glm4_moe", "mimo"}
 PICKLE_ONLY = "pickle"
 
@@ -164,9 +173,10 @@ def cache_rollback(config: dict, context: int | None = None) -> RollbackInfo:
             sliding_only = lt <= SLIDING_LAYER_TYPES
             has_sliding = bool(lt & SLIDING_LAYER_TYPES)
         else:
-            # mlx-lm builds rotating caches from layer_types; without them a window applies to all
-            sliding_only = mapped in {"mistral", "llama", "mixtral", "starcoder2"} or use_sw is True
-            has_sliding = sliding_only
+            # mlx-lm builds rotating caches from layer_types; without them only some families
+            # interleave sliding layers (llama/mistral then use a plain, trimmable cache)
+            sliding_only = False
+            has_sliding = mapped in ROTATING_FAMILIES
         if has_sliding and (context is None or context > window):
             return RollbackInfo(
                 trimmable=not sliding_only,

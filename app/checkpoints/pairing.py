@@ -727,6 +727,8 @@ def check(
             _rollback_findings(t, kind, context, out, d if d_ok else None)
         if kind == "mtp":
             _mtp_findings(t, out)
+        if kind == "none" and d is None and not out.has_blocker("target."):
+            _options_note(t, context, out)
         if d is not None and d_ok and d.config is not None:
             if d.path.resolve() == t.path.resolve():
                 out.add(
@@ -790,6 +792,26 @@ def check(
         memory=memory,
         elapsed_ms=(time.perf_counter() - start) * 1000,
     )
+
+
+def _options_note(t: CheckpointInfo, context: int, out: _Findings) -> None:
+    """Target alone: say which drafting kinds it could use."""
+    options = []
+    rb = cache_rollback(t.config or {}, context)
+    if rb.trimmable and not rb.sliding_only:
+        options.append("prompt lookup")
+        options.append("a draft model with the same tokenizer")
+    if t.mtp_tensors:
+        options.append("its built-in MTP head")
+    if options:
+        out.add(
+            "target.options",
+            NOTE,
+            "Speculative decoding can use " + ", ".join(options) + ".",
+            f"kind=none; rollback: {rb.reason or 'trimmable cache'}",
+        )
+    else:
+        out.add("target.options", NOTE, "This model can only run without speculation.", rb.reason)
 
 
 def _memory_findings(m: MemoryEstimate, out: _Findings) -> None:

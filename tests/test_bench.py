@@ -256,3 +256,20 @@ def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch):
                  "--no-peers"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and err[-1].startswith("draftpair: error: No model folder")
+
+
+def test_flagged_runs_are_rerun_until_the_load_proves_persistent(tmp_path, tiny_pair):
+    from app.bench.runner import PERSISTENT_RUNS, BenchConfig, run_bench
+
+    target, _ = tiny_pair
+    suite = _write_suite(tmp_path / "suite", [_task()])
+    config = BenchConfig(model=str(target), kinds=("prompt-lookup",), runs=3,
+                         temperatures=(0.0,), suite_path=str(suite), peers=False,
+                         contention_threshold=-1.0, max_reruns=1, max_tokens=4)
+    report = run_bench(config)  # threshold < 0: every run counts as contended
+    scheduled = 2 * 3
+    superseded = [r for r in report.runs if r.superseded]
+    assert len(superseded) == PERSISTENT_RUNS == report.reruns
+    assert len(report.runs) == scheduled + PERSISTENT_RUNS
+    assert len(report.measured()) == scheduled and all(r.flagged for r in report.measured())
+    assert report.persistent_contention and report.summary["contention"]["persistent"]

@@ -109,7 +109,10 @@ def markdown(report: BenchReport) -> str:
         lines += [
             f"> Contention: {ct['flagged_measured']} measured run(s) overlapped other work "
             f"(> {ct['threshold_cores']} cores used by other processes); "
-            f"{ct['superseded']} flagged run(s) were re-run. Treat ratios as indicative.",
+            f"{ct['superseded']} flagged run(s) were re-run"
+            + ("; the load was persistent, so re-runs stopped" if ct.get("persistent") else "")
+            + ". Ratios come from interleaved runs that met the same load; absolute tok/s "
+            "are lower than on a quiet machine.",
             "",
         ]
     if report.skipped:

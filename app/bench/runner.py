@@ -11,6 +11,8 @@ Method (issue 5, DESIGN.md "Measurement rules"):
   request) and the same seed for every condition of a repeat;
 - the contention sampler flags runs that overlapped other work; a flagged run is re-run (up to
   ``max_reruns`` times) and the flagged original is kept in the raw data as ``superseded``.
+  After ``PERSISTENT_RUNS`` flagged runs in a row the load is persistent (a re-run would meet
+  it again): re-runs stop, runs stay flagged and the report says so.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ PEER_SPEC = "mlx-lm speculative"
 DRAFT_KINDS = ("prompt-lookup", "full-model")
 DEFAULT_WIDTHS = {"prompt-lookup": 7, "full-model": 4}
 QUICK_MAX_TOKENS = 32
+PERSISTENT_RUNS = 3  # flagged runs in a row after which re-runs stop
 WARMUP_TOKENS = 8
 
 
@@ -132,6 +135,8 @@ class BenchReport:
     started_at: str
     duration_s: float = 0.0
     cancelled: bool = False
+    reruns: int = 0
+    persistent_contention: bool = False  # re-runs stopped: the machine never went quiet
     contention_timeline: list[dict[str, float]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -145,6 +150,8 @@ class BenchReport:
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 2),
             "cancelled": self.cancelled,
+            "reruns": self.reruns,
+            "persistent_contention": self.persistent_contention,
             "config": self.config,
             "environment": self.environment,
             "tasks": self.tasks,
@@ -215,7 +222,8 @@ def run_bench(
         interval_s=config.contention_interval_s, threshold_cores=config.contention_threshold
     ) as sampler:
         # warm-up: first-use costs (allocations, verify widths) are not measured
-        warm_prompt = prompts[tasks[0].id]
+        warm_prompt = min(prompts.values(), key=len)
+        streak = 0  # measured runs in a row flagged for contention
         for temp in config.temperatures:
             for cond in conditions:
                 if cancel.is_set():
@@ -233,13 +241,15 @@ def run_bench(
                             break
                         say(Progress(done, total, f"{task.id} T={temp:g} run {rep + 1}/"
                                      f"{config.runs}: {cond.name}"))
-                        for attempt in range(config.max_reruns + 1):
+                        # under persistent background load a re-run only doubles the time
+                        reruns = 0 if streak >= PERSISTENT_RUNS else config.max_reruns
+                        for attempt in range(reruns + 1):
                             start = read_now()
                             out = _execute(session, cond, prompts[task.id],
                                            _max_tokens(config, task), temp,
                                            config.seed + rep, cancel)
                             verdict = sampler.assess(start, read_now())
-                            last = attempt == config.max_reruns or cancel.is_set()
+                            last = attempt == reruns or cancel.is_set()
                             record = RunRecord(
                                 task_id=task.id, task_kind=task.kind, condition=cond.name,
                                 engine=cond.engine, draft_kind=cond.draft_kind,
@@ -251,9 +261,15 @@ def run_bench(
                             report.runs.append(record)
                             if not record.superseded:
                                 break
+                            report.reruns += 1
                             say(Progress(done, total, f"{task.id}: {cond.name} overlapped "
                                          f"other work ({verdict.peak_other_cores:.1f} cores), "
                                          "re-running"))
+                        streak = streak + 1 if report.runs[-1].flagged else 0
+                        if streak == PERSISTENT_RUNS and config.max_reruns:
+                            report.persistent_contention = True
+                            say(Progress(done, total, "other processes keep the CPU busy: "
+                                         "flagged runs are no longer re-run"))
                         if out["finish_reason"] == "cancelled":
                             report.cancelled = True
                         done += 1

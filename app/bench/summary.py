@@ -108,6 +108,7 @@ def summarize(report: BenchReport) -> dict[str, Any]:
             "runs": len(report.runs),
             "flagged_measured": sum(r.flagged for r in runs),
             "superseded": sum(r.superseded for r in report.runs),
+            "persistent": report.persistent_contention,
             "errors": [{"task_id": r.task_id, "condition": r.condition, "error": r.error}
                        for r in report.runs if r.error],
         },

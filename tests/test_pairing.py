@@ -387,3 +387,16 @@ def test_sentencepiece_only_tokenizers(ckpts, tmp_path):
     other = _sentencepiece_folder(ckpts.draft, tmp_path / "sp_o", [c[::-1] for c in CORPUS])
     r = run(t, other)
     assert "tokenizer.mapping_mismatch" in {f.code for f in r.blockers}
+
+
+def test_odd_values_never_raise(ckpts, tmp_path):
+    odd = _variant(
+        ckpts.draft,
+        tmp_path / "odd",
+        config=lambda c: c.update(
+            num_hidden_layers="two", num_key_value_heads=[1], hidden_size={"x": 1}, layer_types=5
+        ),
+    )
+    for r in (run(odd), run(ckpts.target, odd), run(odd, ckpts.draft, kind="full-model")):
+        assert r.verdict in (VERDICT_FAILS, VERDICT_WARNINGS, VERDICT_WORKS)
+        assert r.blockers or r.findings

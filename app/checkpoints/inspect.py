@@ -361,6 +361,17 @@ def inspect_checkpoint(
 ) -> CheckpointInfo:
     """Describe a checkpoint folder. Never raises for bad contents."""
     path = Path(path).expanduser()
+    try:
+        return _inspect(path, read_tokenizer_files)
+    except Exception as exc:  # noqa: BLE001 - odd values in a config we did not foresee
+        info = CheckpointInfo(path=path)
+        info.unsupported_reason = (
+            f"DraftPair could not understand this folder's settings ({type(exc).__name__})."
+        )
+        return info
+
+
+def _inspect(path: Path, read_tokenizer_files: bool) -> CheckpointInfo:
     info = CheckpointInfo(path=path)
     if not path.is_dir():
         info.unsupported_reason = (

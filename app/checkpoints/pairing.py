@@ -680,10 +680,33 @@ def check(
     """Judge a pairing from config, tokenizer files and safetensors headers (no weights loaded).
 
     ``context`` defaults to min(4096, the target's trained context).
-    Raises ValueError only for an unknown ``kind`` name.
+    Raises ValueError only for an unknown ``kind`` name; anything odd in the files becomes a
+    finding, never an exception.
     """
     start = time.perf_counter()
     kind = normalize_kind(kind)
+    try:
+        return _check(target, draft, kind, context, width=width, budget=budget, start=start)
+    except Exception as exc:  # noqa: BLE001 - a settings file we did not foresee
+        finding = Finding(
+            "check.failed",
+            BLOCKER,
+            "DraftPair could not make sense of these model files, so it cannot vouch for them.",
+            f"{type(exc).__name__}: {exc}",
+        )
+        name = lambda x: str(x.path if isinstance(x, CheckpointInfo) else x)  # noqa: E731
+        return PairingReport(
+            target=name(target),
+            draft=name(draft) if draft is not None else None,
+            kind=kind or "none",
+            context=int(context or DEFAULT_CONTEXT),
+            verdict=VERDICT_FAILS,
+            findings=(finding,),
+            elapsed_ms=(time.perf_counter() - start) * 1000,
+        )
+
+
+def _check(target, draft, kind, context, *, width, budget, start) -> PairingReport:
     t = _as_info(target)
     if context is None:
         context = min(DEFAULT_CONTEXT, t.context_length or DEFAULT_CONTEXT)

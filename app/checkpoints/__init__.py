@@ -4,10 +4,14 @@ Public API (import from the submodules; each is light to import):
     store.Store(data_dir=None, hf_cache=None)      .list() .get(name) .import_folder(path) .remove(name)
     store.StoreEntry                               name, path, source, size_bytes, kind, param_count, ...
     inspect.inspect_checkpoint(path) -> CheckpointInfo
-    pairing.check(target, draft=None, kind=None, context=4096) -> PairingReport
-    pairing.suggest_drafts(target, store=None, context=4096) -> Suggestions
+    pairing.check(target, draft=None, kind=None, context=None) -> PairingReport
+    pairing.suggest_drafts(target, store=None, entries=None, context=None) -> Suggestions
     memory.estimate_memory(target, draft, context=...) -> MemoryEstimate; memory.memory_budget()
     hub.search(query) / hub.repo_info(repo_id) / hub.download(repo_id, progress=, cancel=)
     convert.convert(source, quantize=False, ...) -> Path
     resolve.resolve_model(name_or_path) -> Path
+
+Kinds (CheckpointInfo.kind): chat, draft-candidate, dflash, mtp-target, unsupported (+ reason).
+Verdicts: works, works-with-warnings, will-not-work. Errors are DraftPairError subclasses
+(StoreError, HubError, DownloadCancelled, ConvertError) whose message is one plain sentence.
 """

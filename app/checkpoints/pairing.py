@@ -5,8 +5,9 @@ Public API:
         target/draft: a folder path or a CheckpointInfo. kind: none | full-model | prompt-lookup
         | mtp | dflash (None: inferred from the draft). Reads config, tokenizer files and
         safetensors headers only; never raises for bad checkpoints (problems are findings).
-    suggest_drafts(target, *, store=None, context=None, budget=None) -> Suggestions
-        ranks local checkpoints (the store) that pair with the target; one sentence per exclusion.
+    suggest_drafts(target, *, store=None, context=None, budget=None, entries=None) -> Suggestions
+        ranks local checkpoints (the store, or ``entries`` with .name/.path) that pair with the
+        target; one sentence per exclusion; .no_model_options = prompt lookup / MTP reports.
     PairingReport: verdict (VERDICT_*), findings (Finding: code, severity, message, detail),
                    memory (MemoryEstimate), to_dict(), format_text().
     KINDS, normalize_kind(name)
@@ -698,7 +699,7 @@ def check(
         return PairingReport(
             target=name(target),
             draft=name(draft) if draft is not None else None,
-            kind=kind or "none",
+            kind=kind or ("full-model" if draft is not None else "none"),
             context=int(context or DEFAULT_CONTEXT),
             verdict=VERDICT_FAILS,
             findings=(finding,),

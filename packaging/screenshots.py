@@ -28,6 +28,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "resources" / "screenshots")
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--no-bench", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -88,6 +89,21 @@ def main() -> int:
     cmp.runs_spin.setValue(args.pairs)
     cmp.run()
     wait(cmp.compare_finished)
+    bench = w.views.get("Bench")
+    if bench is not None and not args.no_bench:
+        import dataclasses
+
+        from app.bench import BenchConfig
+        from app.bench.suite import load_suite
+
+        real = BenchConfig.quick_preset
+        quick_ids = tuple(t.id for t in load_suite() if t.quick)[:3]
+        BenchConfig.quick_preset = staticmethod(  # a shorter quick run for the picture
+            lambda **kw: dataclasses.replace(real(**kw), task_ids=quick_ids, max_tokens=48)
+        )
+        w.show_view("Bench")
+        bench.run()
+        wait(bench.bench_done)
     w.show_view("Models")
     models = w.models
     pause(3000)
@@ -100,7 +116,7 @@ def main() -> int:
     pause(2000)
     for theme in ("light", "dark"):
         w.set_theme(theme)
-        for view in ("Chat", "Compare", "Models"):
+        for view in w.views:
             w.show_view(view)
             pause(600)
             path = args.out / f"{view.lower()}-{theme}.png"

@@ -177,6 +177,10 @@ class BenchView(QWidget):
     def run(self) -> None:
         if self._running or not self.run_btn.isEnabled():
             return
+        if self.client.busy:
+            self.banner.show_message("Wait for the reply or comparison to finish, then run the bench.",
+                                     error=True)
+            return
         from app.bench import BenchConfig
 
         temps = (0.0, 1.0) if self.hot.isChecked() else (0.0,)

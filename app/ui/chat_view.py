@@ -72,6 +72,9 @@ class ChatView(QWidget):
         self._stream_timer.setInterval(int(1000 / STREAM_HZ))
         self._stream_timer.timeout.connect(self._drain)
         client.job_finished.connect(self._on_finished)
+        client.job_started.connect(lambda _id: self._update_buttons())
+        client.job_finished.connect(lambda _id, _d: self._update_buttons())
+        client.bench_finished.connect(lambda _r, _e: self._update_buttons())
         client.job_notice.connect(self._on_notice)
         client.job_status.connect(self._on_status)
         self._load_conversations()
@@ -316,10 +319,14 @@ class ChatView(QWidget):
     def _update_buttons(self) -> None:
         busy = self.job is not None
         ready = bool(self.client.state.target) and not self.client.busy_loading
-        self.send_btn.setEnabled(ready and not busy)
+        elsewhere = self.client.busy and not busy  # Compare or Bench is measuring
+        self.send_btn.setEnabled(ready and not busy and not elsewhere)
+        self.send_btn.setToolTip(
+            "Wait: Compare or Bench is using the engine" if elsewhere else "Send (Ctrl+Enter)"
+        )
         self.stop_btn.setEnabled(busy)
         has_reply = any(m.role == "assistant" for m in self._messages()) if self.conv_id else False
-        self.regen_btn.setEnabled(ready and not busy and has_reply)
+        self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
         self.width_spin.setEnabled(not busy and self.spec_combo.kind() != "none")
         if not busy and not self.client.busy_loading:

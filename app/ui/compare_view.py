@@ -260,8 +260,10 @@ class CompareView(QWidget):
         if not self.client.state.target:
             self.banner.show_message("Load a model first (Models).", error=True)
             return
-        if self.client.generating:
-            self.banner.show_message("Wait for the chat reply to finish, then compare.", error=True)
+        if self.client.busy:
+            self.banner.show_message(
+                "Wait for the chat reply or the bench to finish, then compare.", error=True
+            )
             return
         reason = self.kind_combo.unavailable_reason()
         if reason:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
-from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtGui import QActionGroup, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -122,16 +122,48 @@ class MainWindow(QMainWindow):
         self._save_timer.timeout.connect(self.save_settings)
         hints = QGuiApplication.styleHints()
         hints.colorSchemeChanged.connect(self._on_scheme_changed)
-        for i, name in enumerate(self.views):
-            sc = QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self)
-            sc.activated.connect(lambda n=name: self.show_view(n))
 
+        self._build_menus()
         self._restore_geometry()
         self.nav.setCurrentRow(0)
         if ctx.settings_store.problem:
             self.banner.show_message(ctx.settings_store.problem, error=True)
         if ctx.autoload:
             QTimer.singleShot(0, self, self.load_configured_pair)
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        export = file_menu.addAction("Export conversation as Markdown…")
+        export.triggered.connect(lambda: self.chat.export_markdown())
+        imp = file_menu.addAction("Import model folder…")
+        imp.triggered.connect(lambda: (self.show_view("Models"), self.models.import_folder()))
+        file_menu.addSeparator()
+        quit_action = file_menu.addAction("Quit")
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        view_menu = bar.addMenu("&View")
+        theme_menu = view_menu.addMenu("Theme")
+        group = QActionGroup(self)
+        for key, label in (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark")):
+            act = theme_menu.addAction(label)
+            act.setCheckable(True)
+            act.setChecked(self.settings.theme == key)
+            act.triggered.connect(lambda _c=False, k=key: self.set_theme(k))
+            group.addAction(act)
+        for i, name in enumerate(self.views):
+            act = view_menu.addAction(name)
+            act.setShortcut(QKeySequence(f"Ctrl+{i + 1}"))
+            act.triggered.connect(lambda _c=False, n=name: self.show_view(n))
+        help_menu = bar.addMenu("&Help")
+        keys = help_menu.addAction("Keyboard shortcuts")
+        keys.triggered.connect(
+            lambda: self.banner.show_message(
+                "Ctrl+Enter sends (Chat) or runs (Compare) · Esc stops · Ctrl+1…"
+                f"{len(self.views)} switch views · Ctrl+Q quits.",
+                timeout_ms=10000,
+            )
+        )
 
     # -- models ------------------------------------------------------------------------------
     def load_configured_pair(self) -> None:

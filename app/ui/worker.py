@@ -303,6 +303,11 @@ class EngineClient(QObject):
     def generating(self) -> bool:
         return bool(self.jobs)
 
+    @property
+    def busy(self) -> bool:
+        """A reply, a comparison run or the bench is using the engine."""
+        return bool(self.jobs) or self.bench_cancel is not None
+
     # relays (GUI thread)
     @Slot(str)
     def _relay_loading(self, text: str) -> None:

@@ -41,6 +41,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, FakeRepo] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path)
+        self.ranges: list[tuple[str, str]] = []  # (path, Range header) of ranged GETs
         self.lock = threading.Lock()
         self.die_on: tuple[str, int] | None = None  # (file name, bytes to send before dying)
         self.throttle_bps: int | None = None
@@ -74,6 +75,10 @@ class FakeHub:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, port: int = 0) -> str:
+        dying = getattr(self, "_dying", None)
+        if dying is not None:  # a previous death must finish before the port is free
+            dying.join(timeout=10)
+            self._dying = None
         hub = self
 
         class Handler(_Handler):
@@ -99,7 +104,8 @@ class FakeHub:
             self.thread = None
 
     def _die(self) -> None:
-        threading.Thread(target=self.stop, daemon=True).start()
+        self._dying = threading.Thread(target=self.stop, daemon=True)
+        self._dying.start()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -214,6 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes="):
             start = int(rng[len("bytes=") :].split("-")[0] or 0)
+            with self.fake.lock:
+                self.fake.ranges.append((filename, rng))
         body = content[start:]
         self.send_response(206 if start else 200)
         self.send_header("Content-Type", "application/octet-stream")

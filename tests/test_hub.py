@@ -188,3 +188,41 @@ def test_cli_convert_from_repo_id(fakehub, capsys):
     entry = Store().get("plain-hf-mlx")
     assert entry is not None and entry.source == SOURCE_MODELS and str(entry.path) == out
     assert entry.kind == "chat" and entry.param_count
+
+
+def test_big_files_resume_inside_the_file(fakehub, ckpts, monkeypatch):
+    """Above the size threshold a file continues from its partial bytes (HTTP Range)."""
+    monkeypatch.setattr(H, "RESUMABLE_MIN_BYTES", 100_000)
+    original = (ckpts.target / "model.safetensors").read_bytes()
+    fakehub.die_on = ("model.safetensors", 200_000)
+    port = fakehub.port
+    with pytest.raises(H.HubError, match="lost while downloading model.safetensors"):
+        H.download(REPO)
+    fakehub.start(port=port)
+    events = []
+    path = H.download(REPO, progress=events.append)
+    assert fakehub.ranges == [("model.safetensors", "bytes=200000-")]
+    assert (path / "model.safetensors").read_bytes() == original
+    assert resolve_gets(fakehub, "config.json") == 1
+    assert events[-1].done_bytes == events[-1].total_bytes
+    # cancel mid-file keeps the partial bytes too
+    cancel = threading.Event()
+    fakehub.throttle_bps = 2_000_000
+
+    def progress(p):
+        if p.current_file == "model.safetensors" and p.done_bytes > 0:
+            cancel.set()
+
+    from app.checkpoints.store import Store
+
+    Store().remove(REPO)
+    with pytest.raises(H.DownloadCancelled):
+        H.download(REPO, progress=progress, cancel=cancel)
+    fakehub.throttle_bps = None
+    n_ranges = len(fakehub.ranges)
+    path = H.download(REPO)
+    assert len(fakehub.ranges) == n_ranges + 1
+    assert (path / "model.safetensors").read_bytes() == original
+    from app.checkpoints.pairing import check
+
+    assert check(path, kind="prompt-lookup").works

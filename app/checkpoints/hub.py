@@ -342,6 +342,12 @@ class _Meter:
                 self.emit()
         self.check_cancel()
 
+    def credit(self, n: int) -> None:
+        """Count bytes that did not arrive now (kept from an earlier attempt): no rate spike."""
+        with self.lock:
+            self.done += n
+            self.window = deque((t, b + n) for t, b in self.window)
+
     def rate(self) -> float:
         if len(self.window) < 2:
             return 0.0
@@ -396,6 +402,82 @@ class _Meter:
                 pass
 
         return _Bar
+
+
+# Files at least this big are fetched with byte-range resume: an interrupted 5 GB shard
+# continues where it stopped (huggingface_hub restarts a file from zero).
+RESUMABLE_MIN_BYTES = 64 * 1024 * 1024
+
+
+def _fetch_resumable(
+    repo_id: str, name: str, sha: str, size: int, cache: Path, meter: _Meter
+) -> None:
+    """Download one file into the HF cache layout, keeping ``blobs/<etag>.incomplete`` between
+    attempts and continuing it with an HTTP Range request."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import (
+        WeakFileLock,
+        build_hf_headers,
+        get_session,
+        hf_raise_for_status,
+    )
+
+    url = hf_hub_url(repo_id, name, revision=sha, endpoint=hub_endpoint())
+    headers = build_hf_headers()
+    meta = get_hf_file_metadata(url, headers=headers, endpoint=hub_endpoint())
+    if not meta.etag:
+        raise HubError(f"The Hub gave no checksum for {name}, so it cannot be resumed safely.")
+    expected = meta.size or size
+    repo_dir = cache / ("models--" + repo_id.replace("/", "--"))
+    blob = repo_dir / "blobs" / meta.etag
+    pointer = repo_dir / "snapshots" / sha / name
+    partial = blob.with_name(meta.etag + ".incomplete")
+    lock = cache / ".locks" / repo_dir.name / f"{meta.etag}.lock"
+    for d in (blob.parent, pointer.parent, lock.parent):
+        d.mkdir(parents=True, exist_ok=True)
+    location = meta.location or url
+    get_headers = dict(headers)
+    if urlsplit_host(location) != urlsplit_host(url):
+        get_headers.pop("authorization", None)  # signed CDN link: no token
+    with WeakFileLock(lock):
+        if not blob.exists():
+            have = partial.stat().st_size if partial.exists() else 0
+            if have > expected:
+                partial.unlink()
+                have = 0
+            meter.credit(have)  # bytes kept from an earlier attempt
+            if have < expected:
+                if have:
+                    get_headers["Range"] = f"bytes={have}-"
+                with get_session().stream(
+                    "GET", location, headers=get_headers, follow_redirects=True
+                ) as r:
+                    hf_raise_for_status(r)
+                    mode = "ab"
+                    if have and r.status_code == 200:  # the server ignored the range: start over
+                        meter.credit(-have)
+                        have, mode = 0, "wb"
+                    with partial.open(mode) as f:
+                        for chunk in r.iter_bytes():  # as it arrives: prompt cancel, no lost tail
+                            f.write(chunk)
+                            have += len(chunk)
+                            meter.add(
+                                len(chunk)
+                            )  # raises DownloadCancelled; the partial file stays
+            if partial.stat().st_size != expected:
+                raise HubError(f"{name} arrived with the wrong size; run the download again.")
+            os.replace(partial, blob)
+        if not pointer.exists():
+            try:
+                pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+            except OSError:  # no symlinks here (e.g. Windows without developer mode)
+                shutil.copyfile(blob, pointer)
+
+
+def urlsplit_host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).netloc
 
 
 @dataclass
@@ -461,14 +543,17 @@ def download(
         meter.emit()  # announce the file (a UI shows its name; cancel can act mid-file)
         before = meter.done
         try:
-            hf_hub_download(
-                repo_id,
-                name,
-                revision=info.sha,
-                cache_dir=str(cache),
-                endpoint=hub_endpoint(),
-                tqdm_class=bar,  # type: ignore[arg-type]
-            )
+            if size >= RESUMABLE_MIN_BYTES:
+                _fetch_resumable(repo_id, name, info.sha, size, cache, meter)
+            else:
+                hf_hub_download(
+                    repo_id,
+                    name,
+                    revision=info.sha,
+                    cache_dir=str(cache),
+                    endpoint=hub_endpoint(),
+                    tqdm_class=bar,  # type: ignore[arg-type]
+                )
         except DownloadCancelled:
             raise
         except Exception as exc:  # noqa: BLE001

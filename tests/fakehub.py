@@ -24,6 +24,7 @@ class FakeRepo:
     repo_id: str
     files: dict[str, bytes]
     gated: bool = False
+    forbidden: bool = False  # 403 on files (a token without access)
     tags: list[str] = field(default_factory=lambda: ["mlx", "safetensors"])
     downloads: int = 0
     library: str = "mlx"
@@ -208,6 +209,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(
                 401, "GatedRepo", "Access to this model is restricted: you must be authenticated."
             )
+        if repo.forbidden:
+            return self._json(403, {"error": "Forbidden"})
         content = repo.files.get(filename)
         if content is None:
             self.send_response(404)

@@ -37,6 +37,7 @@ def fakehub(ckpts, tmp_path, monkeypatch):
         "org/plain-hf", ckpts.draft, tags=["safetensors"], library="transformers", downloads=99
     )
     hub.add_repo("org/gated", ckpts.target, gated=True)
+    hub.add_repo("org/forbidden", ckpts.draft, forbidden=True)
     hub.add_repo("org/pickles", files={"config.json": b"{}", "pytorch_model.bin": b"\x80\x04"})
     hub.start()
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -126,6 +127,8 @@ def test_gated_repo_gives_plain_message(fakehub):
     assert "gated" in msg and "log in" in msg and "401" not in msg
     with pytest.raises(H.HubError, match="not found"):
         H.download("org/does-not-exist")
+    with pytest.raises(H.HubError, match="token is not allowed"):
+        H.download("org/forbidden")
     with pytest.raises(H.HubError, match="pickle"):
         H.download("org/pickles")
 

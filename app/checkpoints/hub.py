@@ -175,6 +175,8 @@ def plain_error(exc: BaseException, repo_id: str = "") -> HubError:
         return exc
     from huggingface_hub import errors as hf_errors
 
+    if isinstance(exc, hf_errors.LocalEntryNotFoundError) and exc.__cause__ is not None:
+        return plain_error(exc.__cause__, repo_id)  # the Hub's real answer, not "not cached"
     what = repo_id or "this model"
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, hf_errors.GatedRepoError):

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "gui": ("app.cli.gui", True),
     "generate": ("app.cli.generate", True),
     "check": ("app.cli.check", False),
-    "models": ("app.cli.models", True),
+    "models": ("app.cli.models", False),  # only `models convert` runs MLX
     "bench": ("app.cli.bench", True),
     "doctor": ("app.cli.doctor", True),
     "demo": ("app.cli.demo", True),
@@ -62,7 +62,8 @@ def _wants_help(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), "gui")
-    if not _wants_help(argv) and COMMANDS.get(command, ("", True))[1]:
+    needs_mlx = COMMANDS.get(command, ("", True))[1] or (command == "models" and "convert" in argv)
+    if not _wants_help(argv) and needs_mlx:
         from app.engine.platform import maybe_reexec_with_blas
 
         maybe_reexec_with_blas(argv)

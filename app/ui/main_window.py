@@ -47,6 +47,14 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(self)
         self.banner = Banner()
         self._closing = False
+        try:
+            self._build()
+        except BaseException:
+            self.client.shutdown()  # never leave the engine thread running behind a failure
+            raise
+
+    def _build(self) -> None:
+        ctx = self.ctx
 
         from app.ui.chat_view import ChatView
         from app.ui.compare_view import CompareView

@@ -28,7 +28,7 @@ def test_rate_is_windowed_not_per_token(monkeypatch):
     monkeypatch.setattr(live.time, "perf_counter", lambda: clock[0])
     run = LiveRun()
     run.on_stage("decoding")
-    for step in range(20):  # bursts of 4 tokens at the same instant, every 0.25 s
+    for _step in range(20):  # bursts of 4 tokens at the same instant, every 0.25 s
         clock[0] += 0.25
         for _ in range(4):
             run.on_token("x", True)

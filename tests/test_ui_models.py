@@ -99,3 +99,17 @@ def test_compare_summary_medians_spread_identity_and_memory():
     assert s.acceptance == 0.75 and s.accept_len_mean == 3.0
     assert first_difference((1, 2, 3), (1, 9, 3)) == 1 and first_difference((1, 2), (1, 2, 3)) == 2
     assert summarize(results[:1]) is None
+
+
+def test_window_modules_import_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, app.ui.main_window, app.ui.app, app.cli.gui; "
+        "heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "('mlx', 'mlx_lm', 'transformers', 'huggingface_hub', 'tokenizers', 'torch')]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

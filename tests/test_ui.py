@@ -274,5 +274,5 @@ def test_bench_view_runs_the_quick_suite_on_the_loaded_pair(qtbot, make_window, 
     assert bench.table.rowCount() >= 2
     conditions = {bench.table.item(r, 3).text() for r in range(bench.table.rowCount())}
     assert "Off" in conditions and len(conditions) >= 2
-    assert bench.chart.pixmap() is not None and not bench.chart.pixmap().isNull()
+    assert len(bench._bars) >= 2  # one bar per speculative row + the 1.0x line
     assert bench.progress.value() == 1000

@@ -10,8 +10,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QPixmap
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -22,7 +23,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -116,12 +116,19 @@ class BenchView(QWidget):
         hdr.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hdr.setStretchLastSection(True)
 
-        self.chart = QLabel("The speedup chart appears here after a run.")
-        self.chart.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.chart.setProperty("role", "muted")
-        chart_scroll = QScrollArea()
-        chart_scroll.setWidget(self.chart)
-        chart_scroll.setWidgetResizable(True)
+        self.chart = pg.PlotWidget()
+        self.chart.setObjectName("bench_chart")
+        self.chart.setMenuEnabled(False)
+        self.chart.setMouseEnabled(x=False, y=False)
+        self.chart.hideButtons()
+        item = self.chart.getPlotItem()
+        item.setTitle("Speedup over plain decoding (1.0× = no gain)", size="10pt")
+        item.setLabel("bottom", "speedup ×")
+        item.showGrid(x=True, alpha=0.15)
+        item.getAxis("bottom").enableAutoSIPrefix(False)
+        item.getAxis("left").setWidth(230)  # room for "task T=0 · Prompt lookup"
+        self._bars: list[Any] = []
+        self._apply_chart_colors()
         self.recs = QLabel("")
         self.recs.setWordWrap(True)
         self.recs.setTextFormat(Qt.TextFormat.RichText)
@@ -133,7 +140,7 @@ class BenchView(QWidget):
         rv.setContentsMargins(0, 0, 0, 0)
         rv.addWidget(rec_title)
         rv.addWidget(self.recs)
-        rv.addWidget(chart_scroll, 1)
+        rv.addWidget(self.chart, 1)
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
@@ -151,8 +158,44 @@ class BenchView(QWidget):
         outer.addWidget(split, 1)
         self._update_buttons()
 
+    def _apply_chart_colors(self) -> None:
+        c = self.colors
+        self.chart.setBackground(c.base)
+        item = self.chart.getPlotItem()
+        for name in ("left", "bottom"):
+            item.getAxis(name).setPen(pg.mkPen(c.border))
+            item.getAxis(name).setTextPen(pg.mkPen(c.muted))
+        item.titleLabel.setText(item.titleLabel.text, color=c.text, size="10pt")
+
+    def _draw_chart(self, rows: list[dict]) -> None:
+        c = self.colors
+        item = self.chart.getPlotItem()
+        for b in self._bars:
+            item.removeItem(b)
+        self._bars = []
+        rows = [r for r in rows if r.get("condition") != "off" and r.get("speedup") is not None]
+        palette = [c.on_run, c.mem_rss, c.mem_sys, c.ok, c.warn]
+        conditions = sorted({r["condition"] for r in rows})
+        ticks = []
+        for i, r in enumerate(reversed(rows)):
+            color = palette[conditions.index(r["condition"]) % len(palette)]
+            bar = pg.BarGraphItem(x0=[0], y=[i], height=[0.7], width=[r["speedup"]],
+                                  brush=pg.mkBrush(color), pen=pg.mkPen(None))
+            item.addItem(bar)
+            self._bars.append(bar)
+            label = {"off": "Off", **KIND_LABELS}.get(r["condition"], r["condition"])
+            ticks.append((i, f"{r['task_id']} T={r['temperature']:g} · {label}"))
+        line = pg.InfiniteLine(pos=1.0, angle=90, pen=pg.mkPen(c.muted, style=Qt.PenStyle.DashLine))
+        item.addItem(line)
+        self._bars.append(line)
+        item.getAxis("left").setTicks([ticks])
+        top = max([r["speedup"] for r in rows] + [1.2])
+        item.setXRange(0, top * 1.1, padding=0)
+        item.setYRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)
+
     def apply_colors(self, c: Colors) -> None:
         self.colors = c
+        self._apply_chart_colors()
         if self.report is not None:
             self._show(self.report)
 
@@ -246,14 +289,7 @@ class BenchView(QWidget):
                 if row.get("flagged_runs") and col == 0:
                     item.setToolTip("Another program competed for the CPU during some runs.")
                 self.table.setItem(r, col, item)
-        try:
-            from app.bench import render_speedup_chart
-
-            pix = QPixmap()
-            pix.loadFromData(render_speedup_chart(report.summary))
-            self.chart.setPixmap(pix)
-        except Exception as exc:  # a chart problem must not hide the table
-            self.chart.setText(f"No chart: {exc}")
+        self._draw_chart(rows)
         try:
             from app.bench import recommend_drafters
 

@@ -511,12 +511,18 @@ class ModelsView(QWidget):
 
                 return check(t_path, path, context=context)
 
+            name = obj.name
+
             def done(report: Any) -> None:
                 cur = self.pair_tree.currentItem()
-                if cur is item:
+                data = cur.data(0, ROLE_ENTRY) if cur is not None else None
+                if data and data[0] == "excluded" and data[1].name == name:
                     self.details.setHtml(_report_html(report, self.colors))
 
-            self.bg.run(work, done, lambda m: None)
+            def failed(message: str) -> None:
+                self.details.append(f"The detailed check failed: {html.escape(message)}")
+
+            self.bg.run(work, done, failed)
 
     def _use_selected_pair(self) -> None:
         target = self._entry(self._pairing_for)

@@ -434,6 +434,9 @@ class ModelsView(QWidget):
     def _show_suggestions(self, s: Any) -> None:
         self.suggestions = s
         c = self.colors
+        cur = self.pair_tree.currentItem()
+        keep = cur.data(0, ROLE_ENTRY) if cur is not None else None
+        keep_key = (keep[0], keep[1].name) if keep else None
         self.pair_tree.clear()
         good = QTreeWidgetItem([f"Pairs with this target ({len(s.ranked)})", ""])
         opts = QTreeWidgetItem([f"No draft model needed ({len(s.no_model_options)})", ""])
@@ -465,6 +468,12 @@ class ModelsView(QWidget):
             it.setToolTip(1, ex.reason)
             bad.addChild(it)
         self.pair_tree.expandAll()
+        if keep_key is not None:  # a re-render (theme change) keeps the selection
+            for top in (good, opts, bad):
+                for j in range(top.childCount()):
+                    d = top.child(j).data(0, ROLE_ENTRY)
+                    if d and (d[0], d[1].name) == keep_key:
+                        self.pair_tree.setCurrentItem(top.child(j))
         self.pair_hint.setText(
             "Select a draft to see the full check; double-click to load the pair. "
             "Prompt lookup works with any target and needs no draft model."

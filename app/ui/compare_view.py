@@ -108,7 +108,8 @@ class CompareView(QWidget):
         self.progress.setTextVisible(True)
         self.progress.setFormat("idle")
         self.progress.setValue(0)
-        self.progress.setMaximumWidth(260)
+        self.progress.setMinimumWidth(190)
+        self.progress.setMaximumWidth(280)
 
         controls = QHBoxLayout()
         for label, w in (

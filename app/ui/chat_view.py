@@ -62,6 +62,7 @@ class ChatView(QWidget):
         self.banner = banner
         self.colors = colors
         self.conv_id: int | None = None
+        self._reply_conv: int | None = None
         self.job: Job | None = None
         self._reply_id: int | None = None
         self._reply_segments: list[tuple[str, bool]] = []
@@ -565,6 +566,7 @@ class ChatView(QWidget):
         self._reply_segments = []
         self._reply_notices = []
         self._reply_id = self.store.add_message(self.conv_id, "assistant", "", status="streaming")
+        self._reply_conv = self.conv_id
         self._insert_header("assistant")
         self.job = Job(request=request, tag="chat")
         self.job.live.label = "reply"
@@ -591,8 +593,10 @@ class ChatView(QWidget):
             return
         bar = self.transcript.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
+        visible = self.conv_id == self._reply_conv  # the user may have switched conversations
         for seg in segments:
-            self._insert_text(seg.text, seg.from_draft)
+            if visible:
+                self._insert_text(seg.text, seg.from_draft)
             if self._reply_segments and self._reply_segments[-1][1] == seg.from_draft:
                 self._reply_segments[-1] = (self._reply_segments[-1][0] + seg.text, seg.from_draft)
             else:
@@ -643,7 +647,8 @@ class ChatView(QWidget):
                 stats=stats,
             )
             msg = Message(self._reply_id, "assistant", content, self._reply_segments, stats, status)
-            self._insert_footer(msg)
+            if self.conv_id == self._reply_conv:
+                self._insert_footer(msg)
         self._reply_id = None
         if done.finish_reason == "error":
             self.banner.show_message(done.error or "The reply failed.", error=True)

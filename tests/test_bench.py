@@ -202,6 +202,11 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
                                                        strict=True))
     assert row["speedup"] == pytest.approx(expected)
     assert row["verdict"] == verdict(tps("prompt-lookup"), tps("off"))
+    for r in runs:
+        if r["engine"] == "draftpair":
+            prof = r["round_profile"]
+            assert prof["plain_steps"] + sum(v["n"] for v in prof["rounds"].values()) == \
+                r["timings"]["verify_passes"]
 
     # identity at T=0: off vs off first, then every condition vs off; greedy speculation is
     # exact, so DraftPair's kinds reproduce plain decoding token for token

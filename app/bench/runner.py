@@ -109,6 +109,7 @@ class RunRecord:
     attempt: int = 0
     error: str | None = None
     rounds_n: int = 0
+    round_profile: dict[str, Any] = field(default_factory=dict)
 
     @property
     def decode_tps(self) -> float:
@@ -383,6 +384,34 @@ def _execute(
         "timings": done.timings.to_dict(),
         "error": done.error,
         "rounds_n": len(done.rounds),
+        "round_profile": round_profile(done),
+    }
+
+
+def round_profile(done: Any) -> dict[str, Any]:
+    """Where the decode time went: rounds by proposal size (median draft/verify/rollback ms,
+    mean accepted) and the plain steps (their mean includes detokenizing and event overhead)."""
+    import statistics
+
+    t = done.timings
+    by_k: dict[int, list[Any]] = {}
+    for r in done.rounds:
+        by_k.setdefault(r.proposed, []).append(r)
+    spec_ms = sum(r.draft_ms + r.verify_ms + r.rollback_ms for r in done.rounds)
+    plain_steps = max(t.verify_passes - len(done.rounds), 0)
+    return {
+        "rounds": {
+            str(k): {
+                "n": len(rs),
+                "draft_ms": round(statistics.median(r.draft_ms for r in rs), 2),
+                "verify_ms": round(statistics.median(r.verify_ms for r in rs), 2),
+                "rollback_ms": round(statistics.median(r.rollback_ms for r in rs), 3),
+                "accepted_mean": round(statistics.mean(r.accepted for r in rs), 3),
+            }
+            for k, rs in sorted(by_k.items())
+        },
+        "plain_steps": plain_steps,
+        "plain_step_ms": round((t.predicted_ms - spec_ms) / plain_steps, 2) if plain_steps else None,
     }
 
 

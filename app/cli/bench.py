@@ -8,12 +8,12 @@ import sys
 import threading
 from pathlib import Path
 
-KIND_CHOICES = ("prompt-lookup", "full-model", "mtp", "dflash")
+KIND_CHOICES = ("none", "prompt-lookup", "full-model", "mtp", "dflash")
 
 
 def _width_arg(text: str) -> tuple[str, int]:
     kind, _, value = text.partition("=")
-    if kind not in KIND_CHOICES or not value.isdigit() or not 1 <= int(value) <= 64:
+    if kind not in KIND_CHOICES[1:] or not value.isdigit() or not 1 <= int(value) <= 64:
         raise argparse.ArgumentTypeError(f"expected KIND=N with N in 1..64, got {text!r}")
     return kind, int(value)
 
@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="demo", help="target: folder, store name or 'demo'")
     p.add_argument("--draft-model", help="draft folder (default: the demo draft, if shipped)")
     p.add_argument("--kinds", nargs="+", choices=KIND_CHOICES, metavar="KIND",
-                   help="draft kinds to measure (default: all the pair supports)")
+                   help="draft kinds to measure (default: all the pair supports; 'none': plain "
+                   "decoding and the peer rows only)")
     p.add_argument("--runs", type=int, help="measured runs per condition (default 3; quick 1)")
     p.add_argument("--temps", nargs="+", type=float, metavar="T",
                    help="temperatures (default 0 1.0; quick 0)")

@@ -126,7 +126,7 @@ class BenchView(QWidget):
         item.setLabel("bottom", "speedup ×")
         item.showGrid(x=True, alpha=0.15)
         item.getAxis("bottom").enableAutoSIPrefix(False)
-        item.getAxis("left").setWidth(200)  # room for "task T=0 · Prompt lookup"
+        item.hideAxis("left")  # each bar carries its own label
         self._bars: list[Any] = []
         self._apply_chart_colors()
         self.recs = QLabel("")
@@ -164,7 +164,7 @@ class BenchView(QWidget):
         c = self.colors
         self.chart.setBackground(c.base)
         item = self.chart.getPlotItem()
-        for name in ("left", "bottom"):
+        for name in ("bottom",):
             item.getAxis(name).setPen(pg.mkPen(c.border))
             item.getAxis(name).setTextPen(pg.mkPen(c.muted))
         item.titleLabel.setText(item.titleLabel.text, color=c.text, size="10pt")
@@ -178,7 +178,6 @@ class BenchView(QWidget):
         rows = [r for r in rows if r.get("condition") != "off" and r.get("speedup") is not None]
         palette = [c.on_run, c.mem_rss, c.mem_sys, c.ok, c.warn]
         conditions = sorted({r["condition"] for r in rows})
-        ticks = []
         for i, r in enumerate(reversed(rows)):
             color = palette[conditions.index(r["condition"]) % len(palette)]
             bar = pg.BarGraphItem(x0=[0], y=[i], height=[0.7], width=[r["speedup"]],
@@ -186,11 +185,16 @@ class BenchView(QWidget):
             item.addItem(bar)
             self._bars.append(bar)
             label = {"off": "Off", **KIND_LABELS}.get(r["condition"], r["condition"])
-            ticks.append((i, f"{r['task_id']} T={r['temperature']:g} · {label}"))
+            text = pg.TextItem(
+                f"{r['task_id']} T={r['temperature']:g} · {label}   {r['speedup']:.2f}×",
+                color=c.accent_text, anchor=(0, 0.5),
+            )
+            text.setPos(0.02, i)
+            item.addItem(text)
+            self._bars.append(text)
         line = pg.InfiniteLine(pos=1.0, angle=90, pen=pg.mkPen(c.muted, style=Qt.PenStyle.DashLine))
         item.addItem(line)
         self._bars.append(line)
-        item.getAxis("left").setTicks([ticks])
         top = max([r["speedup"] for r in rows] + [1.2])
         item.setXRange(0, top * 1.1, padding=0)
         item.setYRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)

@@ -71,6 +71,7 @@ class LiveSnapshot:
     peak_bytes: int
     done: bool
     version: int  # changes whenever anything was written (the painter skips idle ticks)
+    counts: tuple[int, int, int] = (0, 0, 0)  # rows ever written: rate, rounds, memory
 
 
 @dataclass
@@ -186,4 +187,5 @@ class LiveRun:
                 peak_bytes=self._peak,
                 done=self._done,
                 version=self._version,
+                counts=(self.rate.written, self.rounds.written, self.memory.written),
             )

@@ -30,6 +30,7 @@ class _RunCurves:
     items: dict[str, pg.PlotDataItem] = field(default_factory=dict)
     last: LiveSnapshot | None = None
     painted_version: int = -1
+    painted_counts: tuple[int, int, int] = (-1, -1, -1)
 
 
 def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
@@ -161,6 +162,7 @@ class LivePanels(QWidget):
             rc.items["sys"] = sys_item
             self._runs.append(rc)
         self._ticks = 0
+        self._y_rate = self._y_acc = None
         if self._runs:
             self.refresh(force_labels=True)
             if not keep_timer or self.timer.isActive():
@@ -191,29 +193,40 @@ class LivePanels(QWidget):
             rc.painted_version = snap.version
             rc.last = snap
             all_done = all_done and snap.done
+            # setData (and so a repaint) only for the curves whose buffer got new rows
+            changed = [a != b for a, b in zip(snap.counts, rc.painted_counts, strict=True)]
+            rc.painted_counts = snap.counts
             r = snap.rate
             if len(r):
-                rc.items["rate"].setData(r[:, 0], r[:, 1], skipFiniteCheck=True)
+                if changed[0]:
+                    rc.items["rate"].setData(r[:, 0], r[:, 1], skipFiniteCheck=True)
                 max_rate = max(max_rate, float(np.max(r[:, 1])))
-            else:
+            elif changed[0]:
                 rc.items["rate"].setData([], [])
             a = snap.rounds
             if len(a):
-                rc.items["accepted"].setData(a[:, 0], a[:, 1], skipFiniteCheck=True)
-                rc.items["mean"].setData(a[:, 0], a[:, 2], skipFiniteCheck=True)
+                if changed[1]:
+                    rc.items["accepted"].setData(a[:, 0], a[:, 1], skipFiniteCheck=True)
+                    rc.items["mean"].setData(a[:, 0], a[:, 2], skipFiniteCheck=True)
                 max_acc = max(max_acc, float(np.max(a[:, 1])))
-            else:
+            elif changed[1]:
                 rc.items["accepted"].setData([], [])
                 rc.items["mean"].setData([], [])
             m = snap.memory
-            if len(m):
+            if len(m) and changed[2]:
                 rc.items["mlx"].setData(m[:, 0], m[:, 1], skipFiniteCheck=True)
                 rc.items["rss"].setData(m[:, 0], m[:, 2], skipFiniteCheck=True)
                 rc.items["sys"].setData(m[:, 0], m[:, 3], skipFiniteCheck=True)
                 if float(np.max(m[:, 4])) > 0:
                     rc.items["swap"].setData(m[:, 0], m[:, 4], skipFiniteCheck=True)
-        self.rate_plot.setYRange(0, max_rate * 1.15, padding=0)
-        self.accept_plot.setYRange(0, max_acc + 0.5, padding=0)
+        y_rate = (0.0, max_rate * 1.15)
+        if y_rate != getattr(self, "_y_rate", None):  # no relayout when nothing moved
+            self._y_rate = y_rate
+            self.rate_plot.setYRange(*y_rate, padding=0)
+        y_acc = (0.0, max_acc + 0.5)
+        if y_acc != getattr(self, "_y_acc", None):
+            self._y_acc = y_acc
+            self.accept_plot.setYRange(*y_acc, padding=0)
         if label_tick or all_done:
             self._update_labels()
         if all_done and self.timer.isActive():

@@ -36,7 +36,7 @@ def register(subparsers) -> None:
                          "until stopped; train runs --train-minutes in total)")
     tr.add_argument("--train-minutes", type=float, default=120.0,
                     help="planned total training time; the learning rate decays over it")
-    tr.add_argument("--batch", type=int, default=24, help="teacher generation batch size")
+    tr.add_argument("--batch", type=int, default=48, help="teacher generation batch size")
     tr.add_argument("--max-tokens", type=int, default=256, help="teacher reply length cap")
     tr.add_argument("--min-tokens", type=int, default=40000,
                     help="teacher tokens to have before training starts")

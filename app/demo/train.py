@@ -160,9 +160,9 @@ def choose_head(records: list[dict], size: int, always: list[int],
 class TrainConfig:
     lr: float = 2e-3
     min_lr_frac: float = 0.1
-    warmup_steps: int = 200
+    warmup_steps: int = 30
     weight_decay: float = 0.01
-    batch_tokens: int = 4096
+    batch_tokens: int = 2048
     max_len: int = 512
     train_minutes: float = 120.0  # planned training time (cosine lr over it)
     checkpoint_minutes: float = 5.0
@@ -524,8 +524,9 @@ class Trainer:
                 if now - t0 > seconds or self.train_seconds > self.cfg.train_minutes * 60:
                     done = True
                     break
-        ev = self.evaluate()
-        self._log_eval(ev, self.maybe_best(ev))
+        if time.monotonic() - last_eval > 60:
+            ev = self.evaluate()
+            self._log_eval(ev, self.maybe_best(ev))
         self.save_checkpoint()
 
     def finished(self) -> bool:
@@ -800,6 +801,9 @@ def status_lines(workdir: Path) -> list[str]:
                          f"{float(m['train_seconds']) / 60:.1f} min trained{extra} ({m['time']})")
     log = workdir / "train.log"
     if log.is_file():
-        tail = log.read_text().splitlines()[-3:]
-        lines += ["log:"] + [f"  {t}" for t in tail]
+        text = log.read_text().splitlines()
+        curve = [t for t in text if "] eval: " in t]
+        if curve:
+            lines += ["curve (held-out, teacher-forced):"] + [f"  {t}" for t in curve]
+        lines += ["log:"] + [f"  {t}" for t in text[-3:]]
     return lines

@@ -148,10 +148,16 @@ def markdown(report: BenchReport) -> str:
                 f"{_f(p['speedup'], '.2f', 'x')} | {p['verdict']} |"
             )
         lines.append("")
-    lines += ["## Goals (issue 5)", "", "| goal | target | measured | met |", "|---|---:|---:|---|"]
+    lines += ["## Goals (issue 5)", "",
+              "Measured = median over tasks and temperatures of the speedups above. "
+              "Load-matched = median ratio over the repeats whose two runs met the same "
+              "background load (diagnostic for busy machines).", "",
+              "| goal | target | measured | met | load-matched (pairs) |",
+              "|---|---:|---:|---|---:|"]
     for g in s.get("goals", []):
         met = "-" if g["met"] is None else ("yes" if g["met"] else "**no**")
-        lines.append(f"| {g['what']} | {g['target']:.2f}x | {_f(g['figure'], '.2f', 'x')} | {met} |")
+        lines.append(f"| {g['what']} | {g['target']:.2f}x | {_f(g['figure'], '.2f', 'x')} | {met} "
+                     f"| {_f(g.get('matched_figure'), '.2f', 'x')} ({g.get('matched_n', 0)}) |")
     lines.append("")
     try:
         from app.bench.recommend import recommend_drafters

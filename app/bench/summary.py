@@ -34,12 +34,34 @@ def _timing(runs: Sequence[RunRecord], key: str) -> float | None:
     return median([float(r.timings[key]) for r in runs if r.timings.get(key) is not None])
 
 
+MATCH_TOLERANCE_CORES = 0.1
+
+
+def matched_ratios(on: Sequence[RunRecord], off: Sequence[RunRecord]) -> list[float]:
+    """Per-repeat ratios of the repeats where both runs met about the same background load
+    (mean other-process load within MATCH_TOLERANCE_CORES): a diagnostic for busy machines,
+    never used by the verdict."""
+    base = {r.repeat: r for r in off}
+    out = []
+    for r in on:
+        b = base.get(r.repeat)
+        if b is None or b.decode_tps <= 0:
+            continue
+        la = r.contention.get("mean_other_cores")
+        lb = b.contention.get("mean_other_cores")
+        if la is not None and lb is not None and abs(la - lb) < MATCH_TOLERANCE_CORES:
+            out.append(r.decode_tps / b.decode_tps)
+    return out
+
+
 def compare(on: Sequence[RunRecord], off: Sequence[RunRecord]) -> dict[str, Any]:
     """Speedup (median of paired decode-rate ratios) and verdict of ``on`` against ``off``."""
     a = [r.decode_tps for r in on]
     b = [r.decode_tps for r in off]
+    matched = matched_ratios(on, off)
     return {"speedup": paired_speedup(a, b), "verdict": verdict(a, b),
-            "runs": len(a), "baseline_runs": len(b)}
+            "runs": len(a), "baseline_runs": len(b),
+            "matched_ratios": [round(x, 4) for x in matched]}
 
 
 def summarize(report: BenchReport) -> dict[str, Any]:
@@ -117,6 +139,8 @@ def summarize(report: BenchReport) -> dict[str, Any]:
                        "each repeat's runs back to back; prefill excluded",
             "verdict": "faster if every run beats every baseline run, slower if every run "
                        "loses, else no clear difference",
+            "matched": "diagnostic only: median ratio over repeats whose two runs met the "
+                       f"same background load (within {MATCH_TOLERANCE_CORES} cores)",
         },
     }
 
@@ -136,8 +160,10 @@ def _goals(cells: dict[tuple[str, float, str], list[RunRecord]],
             if cmp["speedup"] is not None:
                 per_task.append({"task_id": task_id, "temperature": temp, **cmp})
         figure = median([p["speedup"] for p in per_task])
+        matched = [x for p in per_task for x in p["matched_ratios"]]
         out.append({
             "name": name, "what": what, "target": target, "figure": figure,
+            "matched_figure": median(matched), "matched_n": len(matched),
             "met": None if figure is None else figure >= target,
             "per_task": sorted(per_task, key=lambda p: (p["task_id"], p["temperature"])),
         })

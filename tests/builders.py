@@ -74,7 +74,7 @@ def write_tokenizer(
         ids = sorted(vocab[k] for k in movable)
         shuffled = ids[:]
         random.Random(permute_seed).shuffle(shuffled)
-        for k, new_id in zip(movable, shuffled):
+        for k, new_id in zip(movable, shuffled, strict=True):
             vocab[k] = new_id
     n = len(data["model"]["vocab"])
     for text in extra_added:

@@ -163,7 +163,12 @@ class _Findings:
 
 
 def _as_info(x: str | Path | CheckpointInfo) -> CheckpointInfo:
-    return x if isinstance(x, CheckpointInfo) else inspect_checkpoint(Path(x))
+    if isinstance(x, CheckpointInfo):
+        # store listings skip tokenizer files; every pairing judgement needs them
+        if x.tokenizer is None and x.path.is_dir():
+            return inspect_checkpoint(x.path)
+        return x
+    return inspect_checkpoint(Path(x))
 
 
 def _role_name(role: str) -> str:

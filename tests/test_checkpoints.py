@@ -15,7 +15,7 @@ from app.checkpoints.inspect import (
     KIND_UNSUPPORTED,
     inspect_checkpoint,
 )
-from app.checkpoints.store import SOURCE_HF, SOURCE_IMPORTED, SOURCE_MODELS, Store
+from app.checkpoints.store import SOURCE_BUILTIN, SOURCE_HF, SOURCE_IMPORTED, SOURCE_MODELS, Store
 from app.cli import main
 from app.errors import ModelLoadError
 from tests.test_checkpoints_builders import standard_checkpoints
@@ -92,7 +92,7 @@ def test_store_lists_hf_cache_models_folder_and_imports(ckpts, env):
     assert r.deleted and r.freed_bytes > 0 and not (store.models_dir / "my-draft").exists()
     r = store.remove("org/tiny-target")
     assert r.deleted and r.freed_bytes > 0
-    assert store.list() == []
+    assert [e for e in store.list() if e.source != SOURCE_BUILTIN] == []
 
 
 def test_import_errors(ckpts, env, tmp_path):
@@ -173,7 +173,10 @@ def test_cli_check_exit_codes(ckpts, env, capsys):
 
 def test_cli_models_list_import_rm(ckpts, env, capsys):
     assert main(["models", "list"]) == 0
-    assert "No local models" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # nothing but the built-in demo draft (when shipped) before any import
+    rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
+    assert "No local models" in out or all(ln.startswith("demo-draft") for ln in rows)
     assert main(["models", "import", str(ckpts.draft), "--name", "d1"]) == 0
     assert main(["models", "import", str(ckpts.truncated), "--name", "broken"]) == 0
     out = capsys.readouterr().out
@@ -182,7 +185,8 @@ def test_cli_models_list_import_rm(ckpts, env, capsys):
     out = capsys.readouterr().out
     assert "d1" in out and "chat model" in out and "why unsupported" in out
     assert main(["models", "list", "--json"]) == 0
-    names = [e["name"] for e in json.loads(capsys.readouterr().out)]
+    entries = json.loads(capsys.readouterr().out)
+    names = [e["name"] for e in entries if e.get("source") != SOURCE_BUILTIN]
     assert names == ["d1", "broken"]
     assert main(["models", "import", str(env / "nope")]) == 1
     assert main(["models", "rm", "d1"]) == 0

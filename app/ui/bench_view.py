@@ -278,7 +278,7 @@ class BenchView(QWidget):
         for r, row in enumerate(rows):
             ident = row.get("identity_vs_off") or {}
             same = "" if not ident else ("yes" if ident.get("identical") else
-                                         f"no, from token {ident.get('first_difference', '?')}")
+                                         f"no, from token {ident.get('first_divergence', '?')}")
             cond = row["condition"]
             cells = (
                 row["task_id"], row.get("task_kind", ""), f"{row['temperature']:g}",

@@ -75,8 +75,10 @@ def test_full_model_greedy_identity(session, pair_dirs, draft, width):
     session.load_draft(pair_dirs[draft])
     for prompt in PROMPTS:
         plain, _ = run(session, prompt=prompt, max_tokens=40)
-        spec, _ = run(session, prompt=prompt, max_tokens=40, draft_kind="full-model",
-                      draft_width=width)
+        for adaptive in (False, True):
+            spec, _ = run(session, prompt=prompt, max_tokens=40, draft_kind="full-model",
+                          draft_width=width, adaptive=adaptive)
+            assert spec.token_ids == plain.token_ids, (prompt, adaptive)
         assert spec.token_ids == plain.token_ids, prompt
         assert spec.text == plain.text
         assert spec.timings.acceptance_rule == RULE_GREEDY
@@ -98,7 +100,7 @@ def test_prompt_lookup_greedy_identity(session, adaptive):
 
 def test_weak_draft_really_rejects(session):
     done, _ = run(session, prompt=PROMPTS[0], max_tokens=40, draft_kind="full-model",
-                  draft_width=4)
+                  draft_width=4, adaptive=False)
     t = done.timings
     assert 0 < t.draft_n_accepted < t.draft_n  # both accept and reject paths exercised
 
@@ -166,6 +168,7 @@ def _sample_sequences(session, prompt_ids, sampling, n, length, width):
                                     seed=seed),
             max_tokens=length,
             memory_interval_s=1e9,
+            adaptive=False,  # verify at every position: the rule is what is under test
         )
         done = list(session.generate(req))[-1]
         counts[tuple(done.token_ids)] += 1
@@ -459,3 +462,23 @@ def test_prompt_lookup_adaptive_pauses_and_resumes():
     d.observe([], None, 0, [d.shadow[0]])  # it would have been right: resume
     assert not d.paused and d.n_resumes == 1
     assert d.propose([], 4) is not None
+
+
+def test_width_policy_follows_acceptance_and_cost():
+    from app.engine.drafters.full_model import WidthPolicy
+
+    good = WidthPolicy(6)
+    good.set_costs(verify_slope=0.05, draft_cost=0.04)
+    for _ in range(10):
+        good.observe(6, 6)
+    assert good.choose(6) == 6
+    bad = WidthPolicy(6, probe_every=4)
+    bad.set_costs(verify_slope=0.15, draft_cost=0.04)
+    for _ in range(10):
+        bad.observe(4, 0)
+    picks = [bad.choose(6) for _ in range(8)]
+    assert picks.count(0) == 6 and picks.count(1) == 2  # plain steps, with periodic probes
+    # an expensive verify makes even fair acceptance not worth it
+    costly = WidthPolicy(4)
+    costly.set_costs(verify_slope=1.0, draft_cost=0.5)
+    assert costly.choose(4) == 0

@@ -49,6 +49,7 @@ class Session:
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
         self._warm: set[tuple[str, int]] = set()
+        self._costs: dict[tuple[str, int], dict[str, float]] = {}
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -160,8 +161,10 @@ class Session:
         width = width if drafter is not None else 0
         if drafter is not None and (kind, width) not in self._warm:
             yield StatusEvent("warmup", f"preparing verify widths 1..{width + 1}")
-            self._warmup(drafter, width)
+            self._costs[(kind, width)] = self._warmup(drafter, width)
             self._warm.add((kind, width))
+        if isinstance(drafter, FullModelDrafter) and (kind, width) in self._costs:
+            drafter.set_costs(**self._costs[(kind, width)])
         rule = choose_rule(req.sampling, stochastic_draft=kind == "full-model")
         loop = RoundLoop(
             target=self.target,
@@ -185,22 +188,36 @@ class Session:
             )
         if kind == "full-model":
             assert self.draft is not None
-            return FullModelDrafter(self.draft, target_vocab=self.target.vocab_size)
+            return FullModelDrafter(
+                self.draft,
+                target_vocab=self.target.vocab_size,
+                adaptive=req.adaptive,
+                max_width=req.draft_width or _default_width(kind),
+            )
         raise DraftPairError(f"Draft kind {kind!r} is not implemented.")
 
-    def _warmup(self, drafter: Drafter, width: int) -> None:
-        """Run the target once at every verify width so first-use costs are not timed."""
+    def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
+        """Run the target once at every verify width so first-use costs are not timed, and
+        measure what a wider verify and a draft step cost relative to one target step."""
         assert self.target is not None
         started = time.perf_counter()
         cache = make_cache(self.target)
         mx.eval(self.target.model(mx.zeros((1, 8), mx.uint32), cache=cache))
-        for n in range(1, width + 2):
+        step_ms: dict[int, float] = {}
+        for n in [*range(1, width + 2), 1, width + 1]:
+            t0 = time.perf_counter()
             out = self.target.model(mx.zeros((1, n), mx.uint32), cache=cache)
             mx.eval(out)
+            ms = (time.perf_counter() - t0) * 1e3
+            step_ms[n] = min(step_ms.get(n, ms), ms)
             for c in cache:
                 c.trim(n)
         drafter.warmup(list(range(1, width + 1)))
         self.last_warmup_s = time.perf_counter() - started
+        one = max(step_ms[1], 1e-3)
+        slope = (step_ms[width + 1] / one - 1.0) / width if width else 0.0
+        draft_ms = getattr(drafter, "draft_step_ms", None) or 0.0
+        return {"verify_slope": slope, "draft_cost": draft_ms / one}
 
 
 def _default_width(kind: str) -> int:

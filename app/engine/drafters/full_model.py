@@ -90,11 +90,70 @@ class DraftHead:
         return q
 
 
+class WidthPolicy:
+    """Choose the number of proposals from measured costs and observed acceptance.
+
+    With per-token acceptance ``a``, a round of ``k`` proposals yields on average
+    ``(1 - a^(k+1)) / (1 - a)`` tokens and costs ``verify(k+1) + k * draft`` target steps;
+    a plain step yields 1 token for 1 step. The policy picks the ``k`` (0 = plain step) with
+    the best ratio; while it decodes plainly it probes with one proposal every
+    ``probe_every`` steps so that a draft that starts agreeing is noticed.
+    """
+
+    def __init__(self, max_width: int, *, probe_every: int = 16, decay: float = 0.9):
+        self.max_width = max_width
+        self.probe_every = probe_every
+        self.decay = decay
+        self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
+        self.rejected = 0.4
+        self.verify_slope = 0.06  # extra cost per verified token, in target steps
+        self.draft_cost = 0.05  # one draft step, in target steps
+        self.plain_streak = 0
+
+    def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
+        self.verify_slope = max(0.0, verify_slope)
+        self.draft_cost = max(0.0, draft_cost)
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def gain(self, k: int) -> float:
+        a = min(self.alpha, 0.999)
+        tokens = (1 - a ** (k + 1)) / (1 - a)
+        cost = 1 + self.verify_slope * k + self.draft_cost * k
+        return tokens / cost
+
+    def choose(self, k_max: int) -> int:
+        k_max = min(k_max, self.max_width)
+        best = max(range(k_max + 1), key=self.gain)
+        if best == 0:
+            self.plain_streak += 1
+            if self.plain_streak >= self.probe_every and k_max >= 1:
+                self.plain_streak = 0
+                return 1
+        else:
+            self.plain_streak = 0
+        return best
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        self.accepted = self.decay * self.accepted + accepted
+        self.rejected = self.decay * self.rejected + (1 if accepted < proposed else 0)
+
+
 class FullModelDrafter(Drafter):
     kind = "full-model"
     default_width = 4
 
-    def __init__(self, draft: LoadedModel, *, target_vocab: int, prefill_step: int = 2048):
+    def __init__(
+        self,
+        draft: LoadedModel,
+        *,
+        target_vocab: int,
+        prefill_step: int = 2048,
+        adaptive: bool = False,
+        max_width: int = 4,
+    ):
         self.draft = draft
         self.head = DraftHead(draft, target_vocab)
         self.prefill_step = prefill_step
@@ -102,11 +161,16 @@ class FullModelDrafter(Drafter):
         self.pending: list[int] = []
         self.sampling = SamplingParams()
         self.stochastic = False
+        self.adaptive = adaptive
+        self.policy = WidthPolicy(max_width)
+        self.draft_step_ms: float | None = None
+        self._costs: dict[str, float] | None = None
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
         self.cache = make_cache(self.draft)
+        self.policy = self._fresh_policy()
         body = prompt[:-1]
         outs: list[mx.array] = []
         for start in range(0, len(body), self.prefill_step):
@@ -118,7 +182,20 @@ class FullModelDrafter(Drafter):
         self.pending = prompt[-1:]
         return [a for s in outs for a in (s if isinstance(s, (list, tuple)) else [s])]
 
+    def _fresh_policy(self) -> WidthPolicy:
+        policy = WidthPolicy(self.policy.max_width)
+        if self._costs:
+            policy.set_costs(**self._costs)
+        return policy
+
+    def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
+        """Measured costs (in target steps) for the adaptive width policy."""
+        self._costs = {"verify_slope": verify_slope, "draft_cost": draft_cost}
+        self.policy.set_costs(**self._costs)
+
     def propose(self, committed: list[int], k: int) -> Proposal | None:
+        if self.adaptive and k > 0:
+            k = self.policy.choose(k)
         if k <= 0 or self.cache is None:
             return None
         started = time.perf_counter()
@@ -155,6 +232,7 @@ class FullModelDrafter(Drafter):
             self.pending = self.pending + list(new_tokens)
             return
         k = proposal.k
+        self.policy.observe(k, accepted)
         keep = min(accepted, k - 1)
         trim(self.cache, (k - 1) - keep)
         pending = []
@@ -167,10 +245,21 @@ class FullModelDrafter(Drafter):
         cache = make_cache(self.draft)
         for n in sorted(set([1, 2, *widths])):
             mx.eval(self.head.logits(mx.zeros((n,), mx.uint32), cache))
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            mx.eval(self.head.logits(mx.zeros((1,), mx.uint32), cache))
+            times.append(time.perf_counter() - started)
+        self.draft_step_ms = sorted(times)[1] * 1e3
         del cache
 
     def close(self) -> None:
         self.cache = None
 
     def stats(self) -> dict[str, Any]:
-        return {"reduced_head": self.head.reduced, "head_size": self.head.size}
+        return {
+            "reduced_head": self.head.reduced,
+            "head_size": self.head.size,
+            "adaptive": self.adaptive,
+            "alpha": round(self.policy.alpha, 3),
+        }

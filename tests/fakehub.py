@@ -85,7 +85,15 @@ class FakeHub:
         class Handler(_Handler):
             fake = hub
 
-        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        deadline = time.monotonic() + 10
+        while True:  # the dying server may still hold the port for a moment
+            try:
+                server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+                break
+            except OSError:
+                if not port or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         server.daemon_threads = True
         self.server = server
         self.port = server.server_address[1]
@@ -105,8 +113,9 @@ class FakeHub:
             self.thread = None
 
     def _die(self) -> None:
-        self._dying = threading.Thread(target=self.stop, daemon=True)
-        self._dying.start()
+        dying = threading.Thread(target=self.stop, daemon=True)
+        dying.start()  # start before publishing: start() may join it at once
+        self._dying = dying
 
 
 class _Handler(BaseHTTPRequestHandler):

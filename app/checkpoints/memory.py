@@ -17,21 +17,13 @@ import sys
 from dataclasses import asdict, dataclass
 
 from app.checkpoints.inspect import CheckpointInfo, text_config
+from app.units import format_bytes  # noqa: F401 - part of this module's API
 
 RAM_FRACTION = 0.75
 DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 PREFILL_CHUNK = 2048
 
 
-def format_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "?"
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -33,7 +33,7 @@ from app.ui.live import Segment
 from app.ui.panels import LivePanels
 from app.ui.settings import Preset, Settings
 from app.ui.theme import LIGHT, Colors
-from app.ui.widgets import Banner, SpecCombo
+from app.ui.widgets import Banner, SpecCombo, add_shortcut
 from app.ui.worker import EngineClient, Job, ModelState
 
 STREAM_HZ = 15
@@ -257,15 +257,9 @@ class ChatView(QWidget):
         outer.setContentsMargins(10, 8, 10, 8)
         outer.addWidget(split)
 
-        send_sc = QShortcut(QKeySequence("Ctrl+Return"), self)
-        send_sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        send_sc.activated.connect(self.send)
-        send_sc2 = QShortcut(QKeySequence("Ctrl+Enter"), self)
-        send_sc2.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        send_sc2.activated.connect(self.send)
-        stop_sc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
-        stop_sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        stop_sc.activated.connect(self.stop)
+        add_shortcut(self, "Ctrl+Return", self.send)
+        add_shortcut(self, "Ctrl+Enter", self.send)
+        add_shortcut(self, Qt.Key.Key_Escape, self.stop)
         self._update_buttons()
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -29,7 +29,7 @@ from app.ui.format import KIND_LABELS, format_bytes
 from app.ui.panels import LivePanels
 from app.ui.settings import Settings
 from app.ui.theme import LIGHT, Colors
-from app.ui.widgets import Banner, SpecCombo
+from app.ui.widgets import Banner, SpecCombo, add_shortcut
 from app.ui.worker import EngineClient, Job, ModelState
 
 DEFAULT_PROMPT = (
@@ -196,12 +196,8 @@ class CompareView(QWidget):
         outer.setContentsMargins(10, 8, 10, 8)
         outer.addWidget(split)
 
-        sc = QShortcut(QKeySequence("Ctrl+Return"), self)
-        sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        sc.activated.connect(self.run)
-        esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
-        esc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        esc.activated.connect(self.stop)
+        add_shortcut(self, "Ctrl+Return", self.run)
+        add_shortcut(self, Qt.Key.Key_Escape, self.stop)
         self._update_buttons()
 
     def apply_colors(self, c: Colors) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.units import format_bytes  # noqa: F401 - re-exported for the views
+
 KIND_LABELS = {
     "none": "Off",
     "full-model": "Draft model",
@@ -20,15 +22,6 @@ FINISH_LABELS = {
 }
 
 
-def format_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "?"
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:

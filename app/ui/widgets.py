@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
@@ -112,3 +114,12 @@ class SpecCombo(QComboBox):
 
     def unavailable_reason(self) -> str | None:
         return self._reasons.get(self.kind()) if self.kind() != "none" else None
+
+
+def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> None:
+    """A shortcut active while focus is anywhere inside ``parent``."""
+    from PySide6.QtGui import QKeySequence, QShortcut
+
+    sc = QShortcut(QKeySequence(key), parent)
+    sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+    sc.activated.connect(slot)

@@ -75,6 +75,7 @@ class RoundLoop:
         self.draft_ms = self.verify_ms = self.rollback_ms = 0.0
         self.finish_reason: str | None = None
         self._round_ms = (0.0, 0.0, 0.0)
+        self.eos_emitted = False
 
     # -- target passes ---------------------------------------------------------------
     def _forward(self, tokens: mx.array) -> mx.array:
@@ -249,6 +250,7 @@ class RoundLoop:
         for i, tok in enumerate(new_tokens):
             if tok in self.eos:
                 self.finish_reason = "stop"
+                self.eos_emitted = True
                 break
             self.committed.append(tok)
             self.output.append(tok)
@@ -282,7 +284,10 @@ class RoundLoop:
             draft_kind=drafter_kind,
             accept_len_mean=self.draft_acc / n_rounds if n_rounds else 0.0,
             acceptance_rate=self.draft_acc / self.draft_n if self.draft_n else 0.0,
-            tokens_per_verify=n / self.verify_passes if self.verify_passes else 0.0,
+            # the end-of-text token was produced by a pass too, though it is not output text
+            tokens_per_verify=(n + self.eos_emitted) / self.verify_passes
+            if self.verify_passes
+            else 0.0,
             verify_passes=self.verify_passes,
             draft_ms=self.draft_ms,
             verify_ms=self.verify_ms,

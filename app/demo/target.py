@@ -343,6 +343,17 @@ def ensure_demo_target(progress: Progress = None, *, precision: str | None = Non
     if demo_target_ready() and info and info.get("precision") == precision:
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    # two first starts at once (app + CLI, parallel tests) must not both build it
+    with FileLock(str(folder.parent / ".demo-build.lock")):
+        info = _read_info(folder)
+        if demo_target_ready() and info and info.get("precision") == precision:
+            return folder
+        return _build_demo_target(folder, precision, progress)
+
+
+def _build_demo_target(folder: Path, precision: str, progress: Progress) -> Path:
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".demo-build-") as tmp:
         tmp_path = Path(tmp)
         cache = folder.parent / ".demo-download"

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     blas = info["blas"]
     assert isinstance(blas, dict)
     gib = 1024**3
-    print(f"DraftPair doctor")
+    print("DraftPair doctor")
     print(f"  python        {info['python']} on {info['platform']}")
     print(f"  backend       {info['backend']} ({info['default_device']})")
     print(f"  BLAS          {blas['blas']}" + (f"  [{blas['library']}]" if blas["library"] else ""))

@@ -80,7 +80,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--temp must be >= 0", EXIT_USAGE)
     prompt = _read_prompt(args)
 
-    from app.engine.events import DoneEvent, GenerationRequest, NoticeEvent, SamplingParams, TokenEvent
+    from app.engine.events import (
+        DoneEvent,
+        GenerationRequest,
+        NoticeEvent,
+        SamplingParams,
+        TokenEvent,
+    )
     from app.engine.session import Session
     from app.errors import DraftPairError
 

@@ -36,7 +36,7 @@ def choose_rule(sampling: SamplingParams, stochastic_draft: bool) -> str:
 
 def _first_mismatch(proposals: list[int], target: list[int]) -> int:
     n = 0
-    for d, t in zip(proposals, target):
+    for d, t in zip(proposals, target, strict=False):
         if d != t:
             break
         n += 1

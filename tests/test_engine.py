@@ -423,7 +423,7 @@ def test_incompatible_draft_is_refused(pair_dirs, tmp_path):
     bad = make_checkpoint(tmp_path / "perm", tokenizer_kwargs={"permute_seed": 7})
     from app.errors import ModelLoadError
 
-    with pytest.raises(ModelLoadError, match="tokenizers differ"):
+    with pytest.raises(ModelLoadError, match="number their tokens differently"):
         s.load_draft(bad)
 
 

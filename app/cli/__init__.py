@@ -61,18 +61,17 @@ def _wants_help(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), "gui")
+    command = argv[0] if argv and not argv[0].startswith("-") else "gui"
     needs_mlx = COMMANDS.get(command, ("", True))[1] or (command == "models" and "convert" in argv)
     if not _wants_help(argv) and needs_mlx:
         from app.engine.platform import maybe_reexec_with_blas
 
         maybe_reexec_with_blas(argv)
     parser = build_parser()
-    if not argv or argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        if argv and not argv[0].startswith("-"):
-            parser.error(f"unknown command {argv[0]!r}")
-    if not any(a in COMMANDS for a in argv) and not _wants_help(argv):
-        argv = ["gui", *argv]
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        parser.error(f"unknown command {argv[0]!r}")
+    if (not argv or argv[0].startswith("-")) and not _wants_help(argv):
+        argv = ["gui", *argv]  # no command: the desktop app
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

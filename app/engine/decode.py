@@ -219,10 +219,10 @@ class RoundLoop:
         finally:
             if self.drafter is not None:
                 self.drafter.close()
-        tail = stopper.flush() if self.finish_reason != "stop" else ""
+        # text the detokenizer or the stop matcher still holds belongs to the reply unless a
+        # stop string ended it (an EOS ends the reply too, but not its last word)
         detok.finalize()
-        if self.finish_reason != "stop":
-            tail += stopper.feed(detok.last_segment) + stopper.flush()
+        tail = "" if stopper.stopped else stopper.feed(detok.last_segment) + stopper.flush()
         if tail:
             yield TokenEvent(
                 index=max(len(self.output) - 1, 0), token_id=-1, text=tail, from_draft=False,

@@ -48,20 +48,9 @@ class LoadedModel:
 
 def resolve_path(name_or_path: str | Path) -> Path:
     """A local folder for ``name_or_path`` ("demo", a store name, a path...)."""
-    try:
-        from app.checkpoints.resolve import resolve_model
-    except ImportError:
-        resolve_model = None
-    if resolve_model is not None:
-        return Path(resolve_model(str(name_or_path)))
-    path = Path(name_or_path).expanduser()
-    if str(name_or_path) == "demo":
-        from app.demo.target import ensure_demo_target
+    from app.checkpoints.resolve import resolve_model
 
-        return ensure_demo_target()
-    if not path.exists():
-        raise ModelLoadError(f"No model folder at {path}.")
-    return path
+    return Path(resolve_model(str(name_or_path)))
 
 
 def validate_folder(path: Path) -> dict[str, Any]:

@@ -61,11 +61,9 @@ class Session:
         if self.target is None:
             raise ModelLoadError("Load a target model before its draft.")
         draft = load_model(name_or_path, precision=self.precision)
-        problem = tokenizer_mismatch(self.target, draft)
+        problem = token_id_problem(self.target.path, draft.path)
         if problem:
-            raise ModelLoadError(
-                f"{draft.name} cannot draft for {self.target.name}: {problem}"
-            )
+            raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
         self.draft = draft
         self._warm = {w for w in self._warm if w[0] != "full-model"}
         return draft
@@ -224,33 +222,16 @@ def _default_width(kind: str) -> int:
     return {"full-model": 4, "prompt-lookup": 7, "mtp": 4, "dflash": 16}.get(kind, 0)
 
 
-def tokenizer_mismatch(target: LoadedModel, draft: LoadedModel) -> str | None:
-    """Why the draft's token ids mean something else to the target (None if they agree)."""
-    t_vocab = target.tokenizer.get_vocab()
-    d_vocab = draft.tokenizer.get_vocab()
-    t_by_id = {i: s for s, i in t_vocab.items()}
-    emit_ids = range(min(draft.vocab_size, len(d_vocab)))
-    head = Path(draft.path) / "draft_head.json"
-    if head.exists():
-        import json
+def token_id_problem(target: Path, draft: Path) -> str | None:
+    """Why the draft's token ids would mean something else to the target (None if they agree).
 
-        try:
-            emit_ids = [int(i) for i in json.loads(head.read_text()).get("token_ids", [])]
-        except (OSError, ValueError):
-            pass
-    d_by_id = {i: s for s, i in d_vocab.items()}
-    for i in emit_ids:
-        ds = d_by_id.get(i)
-        if ds is None:
-            continue
-        ts = t_by_id.get(i)
-        if ts != ds:
-            return (
-                f"token id {i} is {ds!r} for the draft but {ts!r} for the target "
-                "(the tokenizers differ)"
-            )
-    t_eos = target.eos_token_ids
-    d_eos = draft.eos_token_ids
-    if t_eos and d_eos and not (t_eos & d_eos):
-        return f"end-of-text tokens differ ({sorted(d_eos)} vs {sorted(t_eos)})"
+    The pairing check is the one definition of tokenizer compatibility; only its tokenizer and
+    vocabulary blockers stop a load (memory or cache findings are reported elsewhere).
+    """
+    from app.checkpoints.pairing import BLOCKER, check
+
+    report = check(target, draft, kind="full-model")
+    for f in report.findings:
+        if f.severity == BLOCKER and f.code.split(".")[0] in ("tokenizer", "vocab"):
+            return f"{f.message} ({f.detail})" if f.detail else f.message
     return None

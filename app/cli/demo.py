@@ -46,6 +46,10 @@ def register(subparsers) -> None:
                     help="--phase all: minutes of training between generation chunks")
     tr.add_argument("--hidden", type=int, default=None, help="draft hidden size (new runs)")
     tr.add_argument("--layers", type=int, default=None, help="draft layers (new runs)")
+    tr.add_argument("--from-target-layers", default=None, metavar="I,J,...",
+                    help="new runs: start from these target layers (its width, embedding "
+                         "and norm) instead of a small model trained from scratch")
+    tr.add_argument("--lr", type=float, default=None, help="peak learning rate (new runs)")
     tr.add_argument("--head-size", type=int, default=None,
                     help="reduced draft head size (new runs)")
     tr.set_defaults(func=_train)
@@ -71,6 +75,8 @@ def register(subparsers) -> None:
     ex.add_argument("--out", type=Path, default=None,
                     help="destination folder (default: resources/demo-draft)")
     ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
+    ex.add_argument("--layer-bits", type=int, choices=[0, 4, 6, 8], default=8,
+                    help="storage of a target-initialised draft's layers (0: fp16)")
     ex.set_defaults(func=_export)
 
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -142,6 +148,7 @@ def _export(args) -> int:
     from app.resources import resource_path
 
     out = args.out or resource_path("demo-draft")
-    path = train.export(_workdir(args), Path(out), which=args.checkpoint)
+    path = train.export(_workdir(args), Path(out), which=args.checkpoint,
+                        layer_bits=args.layer_bits)
     print(f"exported draft to {path}")
     return 0

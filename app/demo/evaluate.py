@@ -22,9 +22,10 @@ from pathlib import Path
 def load_draft(folder: Path):
     """(model, head ids array) of a draft folder; the head is its draft_head.json or all ids."""
     import mlx.core as mx
-    from mlx_lm import load
 
-    model, _ = load(str(folder))
+    from app.engine.models import load_model
+
+    model = load_model(folder).model  # the engine's loading: precision chosen per backend
     head_file = folder / "draft_head.json"
     if head_file.is_file():
         head = json.loads(head_file.read_text())["token_ids"]
@@ -83,7 +84,9 @@ def spec_greedy(target, draft, head, prompt_ids: list[int], max_tokens: int, eos
 
     tc = make_prompt_cache(target)
     dc = make_prompt_cache(draft)
-    w = draft.model.embed_tokens.weight[head]
+    from app.engine.drafters.full_model import head_rows
+
+    w = head_rows(draft.model.embed_tokens, head)
     t0 = time.perf_counter()
     logits = target(mx.array(prompt_ids)[None], cache=tc)
     y = int(mx.argmax(logits[0, -1]).item())

@@ -71,9 +71,24 @@ class DraftShape:
     num_key_value_heads: int = 3
     intermediate_size: int = 768
     head_size: int = DEFAULT_HEAD_SIZE  # reduced output head (number of target token ids)
+    # Initialise from the target instead of from scratch: these target layers (in order) become
+    # the draft's layers; width, heads, MLP, embedding and final norm are the target's, and
+    # the embedding (tied output layer) stays frozen. Shipped with a 4-bit embedding.
+    target_layers: list[int] | None = None
+    embed_bits: int = 4  # shipped precision of the frozen embedding (target_layers runs)
+    embed_group: int = 64
 
 
 def draft_config(target_cfg: dict, shape: DraftShape) -> dict:
+    if shape.target_layers:
+        keep = ("architectures", "model_type", "hidden_size", "intermediate_size",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
+                "rope_theta", "max_position_embeddings", "vocab_size", "attention_bias",
+                "mlp_bias", "hidden_act", "bos_token_id", "eos_token_id", "pad_token_id")
+        cfg = {k: target_cfg[k] for k in keep if k in target_cfg}
+        cfg.update(num_hidden_layers=len(shape.target_layers), tie_word_embeddings=True,
+                   torch_dtype="float16")
+        return cfg
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -119,6 +134,29 @@ def pca_embedding(target_embed, dim: int):
     proj = x @ top
     proj = proj / proj.std() * float(e.std())
     return mx.array(proj.astype(np.float32))
+
+
+def copy_target_layers(draft, target, layers: list[int]) -> None:
+    """Give ``draft`` the target's embedding, final norm and the chosen decoder layers."""
+    from mlx.utils import tree_flatten
+
+    src = dict(tree_flatten(target.parameters()))
+    new = []
+    for name, _ in tree_flatten(draft.parameters()):
+        if name.startswith("model.layers."):
+            parts = name.split(".")
+            parts[2] = str(layers[int(parts[2])])
+            new.append((name, src[".".join(parts)]))
+        else:
+            new.append((name, src[name]))
+    draft.load_weights(new)
+
+
+def quantize_roundtrip(w, bits: int, group: int):
+    import mlx.core as mx
+
+    q = mx.quantize(w, group_size=group, bits=bits)
+    return mx.dequantize(*q, group_size=group, bits=bits).astype(w.dtype)
 
 
 def choose_head(records: list[dict], size: int, always: list[int],
@@ -278,11 +316,20 @@ class Trainer:
 
         if self.meta:
             self.model.load_weights(str(self.ckpt / "model.safetensors"))
+        elif self.shape.target_layers:
+            copy_target_layers(self.model, tmodel, self.shape.target_layers)
+            # Train against the embedding exactly as it will ship (quantized, frozen).
+            emb = self.model.model.embed_tokens.weight
+            self.model.model.embed_tokens.weight = quantize_roundtrip(
+                emb, self.shape.embed_bits, self.shape.embed_group)
         else:
             emb = pca_embedding(tmodel.model.embed_tokens.weight, self.shape.hidden_size)
             self.model.model.embed_tokens.weight = emb
+        if not self.meta:
             _atomic_json(run_path, {"shape": asdict(self.shape), "train": asdict(self.cfg),
                                     "config": self.config})
+        if self.shape.target_layers:
+            self.model.model.embed_tokens.freeze()
         del tmodel
         mx.eval(self.model.parameters())
         from mlx.utils import tree_flatten
@@ -306,7 +353,11 @@ class Trainer:
             self.train_seconds = 0.0
             self.tokens_seen = 0
             self.best_score = -1.0
-        log(f"train: draft {self.shape} ({n_params / 1e6:.2f}M params), head {len(self.head)}")
+        c = self.config
+        origin = (f"target layers {self.shape.target_layers}" if self.shape.target_layers
+                  else "from scratch")
+        log(f"train: draft hidden {c['hidden_size']} x {c['num_hidden_layers']} layers, "
+            f"{origin} ({n_params / 1e6:.2f}M params), head {len(self.head)}")
         self.heldout = teacher.load_heldout(workdir)
         self._step_fn = None
 
@@ -544,6 +595,9 @@ def teacher_forced_eval(model, head_arr, records: list[dict], *, k: int = 3,
     import mlx.core as mx
     import numpy as np
 
+    from app.engine.drafters.full_model import head_rows
+
+    w = head_rows(model.model.embed_tokens, head_arr)
     agree = total = 0
     oks = []
     for r in records:
@@ -551,7 +605,6 @@ def teacher_forced_eval(model, head_arr, records: list[dict], *, k: int = 3,
         p = len(r["prompt_ids"])
         x = mx.array(ids[:-1])[None]
         h = model.model(x)
-        w = model.model.embed_tokens.weight[head_arr]
         pred = mx.argmax(h @ w.T, axis=-1)[0]
         pred = np.array(head_arr[pred])
         tgt = np.array(ids[1:])
@@ -613,7 +666,14 @@ def _shape_and_cfg(args) -> tuple[DraftShape, TrainConfig]:
         shape.num_hidden_layers = args.layers
     if getattr(args, "head_size", None):
         shape.head_size = args.head_size
+    if getattr(args, "from_target_layers", None):
+        try:
+            shape.target_layers = [int(i) for i in str(args.from_target_layers).split(",")]
+        except ValueError:
+            raise ValueError("--from-target-layers takes target layer numbers, e.g. 0,1,2") from None
     cfg = TrainConfig(train_minutes=getattr(args, "train_minutes", 120.0) or 120.0)
+    if getattr(args, "lr", None):
+        cfg.lr = args.lr
     return shape, cfg
 
 
@@ -663,7 +723,40 @@ def run_all(workdir: Path, args, log: Logger) -> None:
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
+def ship_weights(weights: dict, shape: dict, config: dict, *, layer_bits: int = 8,
+                 group: int = 64) -> tuple[dict, dict]:
+    """fp16 weights for a from-scratch draft; for a draft started from target layers (whose
+    49152 x 576 embedding alone is 57 MB in fp16) the frozen embedding is stored with the
+    bits it was trained at and the linear layers at ``layer_bits`` (0: fp16), in mlx-lm's
+    quantized format so ``mlx_lm.load`` reads it. Returns (weights, config)."""
+    import mlx.core as mx
+
+    config = dict(config)
+    if not shape.get("target_layers"):
+        return {k: v.astype(mx.float16) for k, v in weights.items()}, config
+    out = {}
+    eb, eg = int(shape.get("embed_bits", 4)), int(shape.get("embed_group", 64))
+    quant: dict = {}
+    for name, v in weights.items():
+        base, leaf = name.rsplit(".", 1)
+        is_emb = base == "model.embed_tokens"
+        bits, g = (eb, eg) if is_emb else (layer_bits, group)
+        if leaf == "weight" and v.ndim == 2 and bits:
+            qw, sc, bi = mx.quantize(v.astype(mx.float32), group_size=g, bits=bits)
+            out[f"{base}.weight"] = qw
+            out[f"{base}.scales"] = sc.astype(mx.float16)
+            out[f"{base}.biases"] = bi.astype(mx.float16)
+            quant[base] = {"group_size": g, "bits": bits, "mode": "affine"}
+        else:
+            out[name] = v.astype(mx.float16)
+    if quant:
+        top = next((q for b, q in quant.items() if b != "model.embed_tokens"),
+                   quant.get("model.embed_tokens"))
+        config["quantization"] = {**top, **quant}
+    return out, config
+
+
+def export(workdir: Path, out: Path, *, which: str = "best", layer_bits: int = 8) -> Path:
     """Write a checkpoint as an fp16 mlx-lm llama folder with draft_head.json and a card."""
     import shutil
 
@@ -682,29 +775,54 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    w = mx.load(str(src / "model.safetensors"))
-    w = {k: v.astype(mx.float16) for k, v in w.items()}
+    trained = mx.load(str(src / "model.safetensors"))
+    n_params = sum(int(v.size) for v in trained.values())
+    w, config = ship_weights(trained, run["shape"], run["config"], layer_bits=layer_bits)
     mx.save_safetensors(str(tmp / "model.safetensors"), w, metadata={"format": "mlx"})
-    (tmp / "config.json").write_text(json.dumps(run["config"], indent=2) + "\n")
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (tmp / "draft_head.json").write_text(json.dumps(head, separators=(",", ":")) + "\n")
     for name in TOKENIZER_FILES:
         shutil.copy2(target / name, tmp / name)
     gen_cfg = target / "generation_config.json"
     if gen_cfg.is_file():
         shutil.copy2(gen_cfg, tmp / "generation_config.json")
-    (tmp / "MODEL_CARD.md").write_text(model_card(workdir, run, meta, head, w))
+    (tmp / "MODEL_CARD.md").write_text(
+        model_card(workdir, run, meta, head, w, n_params=n_params, config=config))
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
     return out
 
 
+def _shape_lines(shape: dict, config: dict, n_params: int, size_mb: float) -> str:
+    c = config
+    dims = (f"llama, hidden {c['hidden_size']}, {c['num_hidden_layers']} layers, "
+            f"{c['num_attention_heads']} heads ({c['num_key_value_heads']} KV), MLP "
+            f"{c['intermediate_size']}, tied embeddings, vocab {c['vocab_size']}: "
+            f"{n_params / 1e6:.2f}M parameters")
+    if not shape.get("target_layers"):
+        return (f"- {dims}, {size_mb:.1f} MB in fp16.\n"
+                "- Input embedding initialised from a PCA projection of the target's embedding.")
+    q = c.get("quantization", {})
+    emb = q.get("model.embed_tokens", {})
+    lin = [v for k, v in q.items() if isinstance(v, dict) and k != "model.embed_tokens"]
+    lin_desc = f"{lin[0]['bits']}-bit (group {lin[0]['group_size']})" if lin else "fp16"
+    return (f"- {dims}; {size_mb:.1f} MB on disk.\n"
+            f"- Started from the target itself: its token embedding, final norm and layers "
+            f"{', '.join(str(i) for i in shape['target_layers'])} (of 30), then distilled. The "
+            f"embedding (also the tied output layer) stayed frozen at "
+            f"{emb.get('bits', '?')}-bit (group {emb.get('group_size', '?')}) during training, "
+            f"exactly as shipped; the decoder layers are stored at {lin_desc}. On the CPU "
+            "backend DraftPair expands the layers to float32 at load (MLX's quantized matmul "
+            "is slower there); on Metal they stay quantized.")
+
+
 def _fmt_minutes(s: float) -> str:
     return f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
 
-def model_card(workdir: Path, run: dict, meta: dict, head: dict, weights: dict) -> str:
-    n_params = sum(int(v.size) for v in weights.values())
+def model_card(workdir: Path, run: dict, meta: dict, head: dict, weights: dict, *,
+               n_params: int, config: dict) -> str:
     size_mb = sum(int(v.nbytes) for v in weights.values()) / 1e6
     n_rec, n_tok = teacher.count_tokens(workdir)
     ev = meta.get("eval", {})
@@ -745,15 +863,12 @@ with `mlx_lm.load`, so mlx-lm's own `speculative_generate_step` can use it too (
 vocabulary). It is a drafting aid, not a chat model: its answers alone are poor.
 
 ## Shape
-- llama, hidden {shape['hidden_size']}, {shape['num_hidden_layers']} layers,
-  {shape['num_attention_heads']} heads, MLP {shape['intermediate_size']}, tied embeddings,
-  vocab 49152: {n_params / 1e6:.2f}M parameters, {size_mb:.1f} MB in fp16.
+{_shape_lines(shape, config, n_params, size_mb)}
 - `draft_head.json`: the {len(head['token_ids'])} target token ids the draft was trained to
   predict (most frequent in the teacher data, plus EOS and the chat-template tokens). DraftPair
   slices the tied embedding to these rows for the draft's output layer (about 6x cheaper than
   49152 logits) and maps proposals back to target ids; verification by the target is
   unchanged and exact.
-- Input embedding initialised from a PCA projection of the target's embedding.
 
 ## Data
 - Teacher: greedy (temperature 0) replies of the target to programmatically varied chat

@@ -81,13 +81,61 @@ def validate_folder(path: Path) -> dict[str, Any]:
 
 
 def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
-    q = config.get("quantization") or config.get("quantization_config")
-    if isinstance(q, dict) and q.get("bits"):
-        return f"{q['bits']}-bit (group {q.get('group_size', '?')})"
     from mlx.utils import tree_flatten
 
-    dtypes = {str(v.dtype).replace("mlx.core.", "") for _, v in tree_flatten(model.parameters())}
-    return "/".join(sorted(dtypes))
+    dense = sorted({str(v.dtype).replace("mlx.core.", "")
+                    for _, m in model.named_modules() if "scales" not in m
+                    for v in m.values() if isinstance(v, mx.array) and v.ndim >= 2})
+    quant = [m for _, m in model.named_modules() if "scales" in m]
+    if not quant:
+        dtypes = {str(v.dtype).replace("mlx.core.", "")
+                  for _, v in tree_flatten(model.parameters())}
+        return "/".join(sorted(dtypes))
+    if any(isinstance(m, nn.QuantizedLinear) for m in quant) or not dense:
+        q = config.get("quantization") or config.get("quantization_config") or {}
+        bits = q.get("bits", quant[0].bits) if isinstance(q, dict) else quant[0].bits
+        group = q.get("group_size", quant[0].group_size) if isinstance(q, dict) else "?"
+        return f"{bits}-bit (group {group})"
+    emb = quant[0]
+    return f"{'/'.join(dense)} + {emb.bits}-bit embedding"
+
+
+def _cast_floats(model: nn.Module, dtype) -> None:
+    """Cast every floating-point array (weights, norms, quantization scales and biases);
+    packed quantized weights are integers and keep their form."""
+    for _, m in model.named_modules():
+        for k, v in list(m.items()):
+            if isinstance(v, mx.array) and mx.issubdtype(v.dtype, mx.floating) and v.dtype != dtype:
+                m[k] = v.astype(dtype)
+
+
+# On the CPU backend MLX's quantized matmul is slower than float32, so quantized linear layers
+# of a small model (a draft) are expanded to float32 when the expansion stays under this size.
+EXPAND_QUANTIZED_LIMIT = 256 * 2**20
+
+
+def _expand_small_quantized(model: nn.Module, limit: int = EXPAND_QUANTIZED_LIMIT) -> int:
+    """Replace quantized linear layers by float32 ones if their total float32 size is under
+    ``limit`` bytes; returns the number of layers expanded. Embeddings stay quantized (their
+    lookup is a gather; a reduced draft head dequantizes only its rows)."""
+    from mlx.utils import tree_unflatten
+
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.QuantizedLinear)]
+    size = sum(m.scales.size * m.group_size * 4 for _, m in layers)
+    if not layers or size > limit:
+        return 0
+    new = []
+    for name, m in layers:
+        biases = m.get("biases")
+        w = mx.dequantize(m.weight, m.scales, biases, group_size=m.group_size, bits=m.bits,
+                          mode=getattr(m, "mode", "affine")).astype(mx.float32)
+        lin = nn.Linear(w.shape[1], w.shape[0], bias="bias" in m)
+        lin.weight = w
+        if "bias" in m:
+            lin.bias = m.bias.astype(mx.float32)
+        new.append((name, lin))
+    model.update_modules(tree_unflatten(new))
+    return len(new)
 
 
 def load_model(
@@ -129,12 +177,14 @@ def load_model(
         backend = detect_backend()
     target_dtype = None
     if precision == "auto":
-        if backend == "cpu" and not quantized:
+        if backend == "cpu":
             target_dtype = mx.float32
     elif precision in ("float32", "float16", "bfloat16"):
         target_dtype = getattr(mx, precision)
-    if target_dtype is not None and not quantized:
-        model.set_dtype(target_dtype)
+    if target_dtype is not None:
+        if quantized and precision == "auto":
+            _expand_small_quantized(model)
+        _cast_floats(model, target_dtype)
         mx.eval(model.parameters())
     return LoadedModel(
         name=path.name,

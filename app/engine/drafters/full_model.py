@@ -49,16 +49,14 @@ class DraftHead:
             return
         inner = getattr(self.model, "model", None)
         lm_head = getattr(self.model, "lm_head", None)
-        if lm_head is not None and hasattr(lm_head, "weight") and not hasattr(lm_head, "scales"):
-            full = lm_head.weight
-        elif inner is not None and hasattr(inner, "embed_tokens") and not hasattr(
-            inner.embed_tokens, "scales"
-        ):
-            full = inner.embed_tokens.weight
+        if lm_head is not None and hasattr(lm_head, "weight"):
+            layer = lm_head
+        elif inner is not None and hasattr(inner, "embed_tokens"):
+            layer = inner.embed_tokens
         else:
-            return  # quantized or unusual head: keep the full output layer
+            return  # unusual head: keep the full output layer
         self.ids = mx.array(ids, dtype=mx.uint32)
-        self.weight = full[self.ids]
+        self.weight = head_rows(layer, self.ids)
         mx.eval(self.weight)
 
     @property
@@ -88,6 +86,17 @@ class DraftHead:
             pad = mx.zeros((q.shape[0], self.target_vocab - q.shape[-1]), q.dtype)
             return mx.concatenate([q, pad], axis=-1)
         return q
+
+
+def head_rows(layer, ids: mx.array) -> mx.array:
+    """Rows ``ids`` of an embedding or linear layer's weight, dequantized if it is quantized
+    (the rows take the dtype of the layer's scales, i.e. the model's activation dtype)."""
+    if "scales" not in layer:
+        return layer.weight[ids]
+    biases = layer["biases"][ids] if "biases" in layer else None
+    return mx.dequantize(layer.weight[ids], layer.scales[ids], biases,
+                         group_size=layer.group_size, bits=layer.bits,
+                         mode=getattr(layer, "mode", "affine"))
 
 
 class WidthPolicy:

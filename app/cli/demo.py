@@ -75,7 +75,7 @@ def register(subparsers) -> None:
     ex.add_argument("--out", type=Path, default=None,
                     help="destination folder (default: resources/demo-draft)")
     ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
-    ex.add_argument("--layer-bits", type=int, choices=[0, 4, 6, 8], default=8,
+    ex.add_argument("--layer-bits", type=int, choices=[0, 4, 6, 8], default=6,
                     help="storage of a target-initialised draft's layers (0: fp16)")
     ex.set_defaults(func=_export)
 

@@ -723,7 +723,7 @@ def run_all(workdir: Path, args, log: Logger) -> None:
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def ship_weights(weights: dict, shape: dict, config: dict, *, layer_bits: int = 8,
+def ship_weights(weights: dict, shape: dict, config: dict, *, layer_bits: int = 6,
                  group: int = 64) -> tuple[dict, dict]:
     """fp16 weights for a from-scratch draft; for a draft started from target layers (whose
     49152 x 576 embedding alone is 57 MB in fp16) the frozen embedding is stored with the
@@ -756,7 +756,7 @@ def ship_weights(weights: dict, shape: dict, config: dict, *, layer_bits: int = 
     return out, config
 
 
-def export(workdir: Path, out: Path, *, which: str = "best", layer_bits: int = 8) -> Path:
+def export(workdir: Path, out: Path, *, which: str = "best", layer_bits: int = 6) -> Path:
     """Write a checkpoint as an fp16 mlx-lm llama folder with draft_head.json and a card."""
     import shutil
 

@@ -51,6 +51,7 @@ class RoundLoop:
         width: int,
         cancel: threading.Event | None,
         fallback: str | None = None,
+        cache: list | None = None,  # a fresh target cache (default: made here)
     ):
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -65,7 +66,7 @@ class RoundLoop:
         self.fallback = fallback
         self.processors = sm.make_processors(self.sampling)
         self.eos = target.eos_token_ids
-        self.cache = make_cache(target)
+        self.cache = cache if cache is not None else make_cache(target)
         self.committed: list[int] = list(prompt)
         self.output: list[int] = []
         self.pending: list[int] = []

@@ -144,9 +144,10 @@ class Session:
         fallback: str | None = None
         reason = self.available_kinds().get(kind) if kind != "none" else None
         width = req.draft_width or _default_width(kind)
+        cache = make_cache(self.target)  # checked here, then used by the loop
         if reason is None and kind != "none":
             needed = len(prompt) + req.max_tokens + width + 1
-            problem = rollback_problem(make_cache(self.target), needed)
+            problem = rollback_problem(cache, needed)
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
         if reason is not None:
@@ -173,6 +174,7 @@ class Session:
             width=width,
             cancel=cancel,
             fallback=fallback,
+            cache=cache,
         )
         yield from loop.run()
 

@@ -157,7 +157,8 @@ def _exact_sequence_probs(target, prompt_ids, sampling, length):
     return probs
 
 
-def _sample_sequences(session, prompt_ids, sampling, n, length, width):
+def _sample_sequences(session, prompt_ids, sampling, n, length, width, *, adaptive=False,
+                      proposed: Counter | None = None):
     counts: Counter = Counter()
     for seed in range(n):
         req = GenerationRequest(
@@ -168,10 +169,12 @@ def _sample_sequences(session, prompt_ids, sampling, n, length, width):
                                     seed=seed),
             max_tokens=length,
             memory_interval_s=1e9,
-            adaptive=False,  # verify at every position: the rule is what is under test
+            adaptive=adaptive,  # off: verify at every position, the rule is under test
         )
         done = list(session.generate(req))[-1]
         counts[tuple(done.token_ids)] += 1
+        if proposed is not None:
+            proposed.update(r.proposed for r in done.rounds)
     return counts
 
 
@@ -225,6 +228,27 @@ def test_rejection_sampling_preserves_distribution(session, pair_dirs, monkeypat
     wrong = _sample_sequences(session, prompt_ids, sampling, n, length, width=2)
     stat_w, df_w = _chi2(wrong, exact, n)
     assert _chi2_sf(stat_w, df_w) < 1e-6, (stat_w, df_w)
+
+
+def test_confidence_stop_keeps_sampling_exact(session, pair_dirs, monkeypatch):
+    """Stopping a round when the draft doubts its own token (adaptive drafting) must not
+    change the output distribution."""
+    from app.engine.drafters import full_model
+
+    session.load_draft(pair_dirs["weak"])
+    monkeypatch.setattr(full_model, "CONFIDENCE_STOP", 0.5)
+    monkeypatch.setattr(full_model.WidthPolicy, "choose", lambda self, k: k)  # width fixed
+    target = session.target
+    prompt_ids = target.tokenizer.encode("The dog sat")
+    sampling = SamplingParams(temperature=1.0, top_k=3)
+    length, n = 3, 1500
+    exact = _exact_sequence_probs(target, prompt_ids, sampling, length)
+    proposed: Counter = Counter()
+    counts = _sample_sequences(session, prompt_ids, sampling, n, length, width=3,
+                               adaptive=True, proposed=proposed)
+    stat, df = _chi2(counts, exact, n)
+    assert _chi2_sf(stat, df) > 1e-3, (stat, df)
+    assert proposed[1] > 50 and proposed[2] + proposed[3] > 50, proposed  # both paths ran
 
 
 def test_sampling_rules_reported(session):

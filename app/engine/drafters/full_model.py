@@ -216,7 +216,10 @@ class FullModelDrafter(Drafter):
 
     def propose(self, committed: list[int], k: int) -> Proposal | None:
         if self.adaptive and k > 0:
-            k = self.policy.choose(k)
+            chosen = self.policy.choose(k)
+            # The policy decides whether drafting pays at all; with confidence stopping the
+            # draft itself decides how far to go (up to the width).
+            k = k if chosen > 0 and self.confidence_stop else chosen
         if k <= 0 or self.cache is None:
             return None
         started = time.perf_counter()

@@ -42,7 +42,8 @@ def collect() -> dict[str, object]:
         "blas": status.to_dict(),
         "default_device": str(mx.default_device()),
         "versions": versions,
-        "precision": "float32 for unquantized weights (fastest on CPU)"
+        "precision": "float32 for unquantized weights; quantized layers of small models "
+        "(drafts under 256 MB as float32) expanded to float32 (fastest on CPU)"
         if status.backend == "cpu" else "as stored (4-bit stays 4-bit on GPU)",
     }
     try:

@@ -23,6 +23,8 @@ CHAT_PROMPT = (
     "closes at six. Visitors can borow five books at a time."
 )
 
+COMPARE_PROMPT = "Explain in a short paragraph how a rainbow forms."
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -81,12 +83,17 @@ def main() -> int:
     chat.input.setPlainText(CHAT_PROMPT)
     chat.send()
     wait(chat.reply_finished)
-    chat.input.setPlainText("Thanks! Now say it in one short sentence.")
+    if demo_draft_available():
+        chat.spec_combo.set_kind("full-model")  # the trained draft on an ordinary answer
+    chat.input.setPlainText("Thanks! Now explain in two sentences why libraries matter.")
     chat.send()
     wait(chat.reply_finished)
     cmp = w.compare
     w.show_view("Compare")
     cmp.runs_spin.setValue(args.pairs)
+    if demo_draft_available():
+        cmp.kind_combo.set_kind("full-model")
+        cmp.prompt.setPlainText(COMPARE_PROMPT)
     cmp.run()
     wait(cmp.compare_finished)
     bench = w.views.get("Bench")

@@ -856,8 +856,10 @@ def model_card(workdir: Path, run: dict, meta: dict, head: dict, weights: dict, 
             engine = "\n".join(
                 line for line in [
                     "",
-                    "Measured with `draftpair demo eval` (greedy, chat template, held-out "
-                    f"prompts, max {own.get('k', '?')} proposals per round):",
+                    f"Measured with `draftpair demo eval --prompts {own.get('prompts', '?')} "
+                    f"--k {own.get('k', '?')} --engine` (greedy, chat template, held-out "
+                    f"prompts, max {own.get('k', '?')} proposals per round; plain and "
+                    "speculative runs alternate; speedup = decode tok/s ratio):",
                     f"- minimal speculative loop: accepted/round {own.get('accept_len_mean', 0):.2f}, "
                     f"tokens/verify {own.get('tokens_per_verify', 0):.2f}, speedup over plain "
                     f"x{own.get('speedup_median', 0):.2f} (median of {own.get('prompts', 0)}), "
@@ -914,7 +916,7 @@ vocabulary). It is a drafting aid, not a chat model: its answers alone are poor.
 ## Curve (held-out, teacher-forced; from `train.log`)
 {_curve_table(workdir)}
 {_calibration_table(workdir)}
-## Rebuild
+{_history(run)}## Rebuild
 ```
 draftpair demo prepare
 draftpair demo train --workdir DIR{_rebuild_flags(run)}
@@ -926,6 +928,17 @@ draftpair demo export --workdir DIR           # writes resources/demo-draft
 
 License: derived from SmolLM2-135M-Instruct (Apache-2.0).
 """
+
+
+def _history(run: dict) -> str:
+    if not run["shape"].get("target_layers"):
+        return ""
+    return ("## Why it starts from the target\n"
+            "A first draft trained from scratch (llama 192 x 4 layers, 8k head, embedding from a "
+            "PCA of the target's) reached only 0.227 held-out agreement after 75 minutes on 110k "
+            "teacher tokens and ran at x1.02 of plain in the engine. Starting from the target's "
+            "own first layers and embedding (same machine, the teacher data grown meanwhile, see "
+            "the curve) gave 0.337 after 10 minutes.\n\n")
 
 
 def _rebuild_flags(run: dict) -> str:

@@ -504,6 +504,19 @@ def test_width_policy_follows_acceptance_and_cost():
         bad.observe(4, 0)
     picks = [bad.choose(6) for _ in range(8)]
     assert picks.count(0) == 6 and picks.count(1) == 2  # plain steps, with periodic probes
+    # failed probes back off (4 -> 8 -> 16 plain steps), an accepted probe resets the interval
+    gaps, streak = [], 0
+    for _ in range(40):
+        k = bad.choose(6)
+        streak += 1
+        if k:
+            gaps.append(streak)
+            streak = 0
+            bad.observe(1, 0)
+    assert gaps == [4, 8, 16], gaps
+    bad.probing = True
+    bad.observe(1, 1)
+    assert bad.probe_interval == 4
     # an expensive verify makes even fair acceptance not worth it
     costly = WidthPolicy(4)
     costly.set_costs(verify_slope=1.0, draft_cost=0.5)

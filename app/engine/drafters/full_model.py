@@ -106,18 +106,23 @@ class WidthPolicy:
     ``(1 - a^(k+1)) / (1 - a)`` tokens and costs ``verify(k+1) + k * draft`` target steps;
     a plain step yields 1 token for 1 step. The policy picks the ``k`` (0 = plain step) with
     the best ratio; while it decodes plainly it probes with one proposal every
-    ``probe_every`` steps so that a draft that starts agreeing is noticed.
+    ``probe_every`` steps so that a draft that starts agreeing is noticed; each failed probe
+    doubles that interval (up to ``probe_max``), an accepted one resets it.
     """
 
-    def __init__(self, max_width: int, *, probe_every: int = 16, decay: float = 0.9):
+    def __init__(self, max_width: int, *, probe_every: int = 16, probe_max: int = 64,
+                 decay: float = 0.9):
         self.max_width = max_width
         self.probe_every = probe_every
+        self.probe_max = probe_max
+        self.probe_interval = probe_every
         self.decay = decay
         self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
         self.rejected = 0.4
         self.verify_slope = 0.06  # extra cost per verified token, in target steps
         self.draft_cost = 0.05  # one draft step, in target steps
         self.plain_streak = 0
+        self.probing = False  # the last choice was a one-token probe while decoding plainly
 
     def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
         self.verify_slope = max(0.0, verify_slope)
@@ -136,16 +141,21 @@ class WidthPolicy:
     def choose(self, k_max: int) -> int:
         k_max = min(k_max, self.max_width)
         best = max(range(k_max + 1), key=self.gain)
+        self.probing = False
         if best == 0:
             self.plain_streak += 1
-            if self.plain_streak >= self.probe_every and k_max >= 1:
+            if self.plain_streak >= self.probe_interval and k_max >= 1:
                 self.plain_streak = 0
+                self.probing = True
                 return 1
         else:
             self.plain_streak = 0
         return best
 
     def observe(self, proposed: int, accepted: int) -> None:
+        if self.probing:
+            self.probe_interval = (self.probe_every if accepted else
+                                   min(self.probe_interval * 2, self.probe_max))
         self.accepted = self.decay * self.accepted + accepted
         self.rejected = self.decay * self.rejected + (1 if accepted < proposed else 0)
 
@@ -219,7 +229,8 @@ class FullModelDrafter(Drafter):
             chosen = self.policy.choose(k)
             # The policy decides whether drafting pays at all; with confidence stopping the
             # draft itself decides how far to go (up to the width).
-            k = k if chosen > 0 and self.confidence_stop else chosen
+            # (a probe while decoding plainly stays one token)
+            k = k if chosen > 0 and self.confidence_stop and not self.policy.probing else chosen
         if k <= 0 or self.cache is None:
             return None
         started = time.perf_counter()

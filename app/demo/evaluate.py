@@ -84,9 +84,9 @@ def spec_greedy(target, draft, head, prompt_ids: list[int], max_tokens: int, eos
 
     tc = make_prompt_cache(target)
     dc = make_prompt_cache(draft)
-    from app.engine.drafters.full_model import head_rows
+    from app.engine.models import dequantized_weight
 
-    w = head_rows(draft.model.embed_tokens, head)
+    w = dequantized_weight(draft.model.embed_tokens, head)
     t0 = time.perf_counter()
     logits = target(mx.array(prompt_ids)[None], cache=tc)
     y = int(mx.argmax(logits[0, -1]).item())

@@ -595,9 +595,9 @@ def teacher_forced_eval(model, head_arr, records: list[dict], *, k: int = 3,
     import mlx.core as mx
     import numpy as np
 
-    from app.engine.drafters.full_model import head_rows
+    from app.engine.models import dequantized_weight
 
-    w = head_rows(model.model.embed_tokens, head_arr)
+    w = dequantized_weight(model.model.embed_tokens, head_arr)
     agree = total = 0
     oks: list = []
     confs: list = []

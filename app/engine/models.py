@@ -100,10 +100,23 @@ def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
     return f"{'/'.join(dense)} + {emb.bits}-bit embedding"
 
 
-def _cast_floats(model: nn.Module, dtype) -> None:
-    """Cast every floating-point array (weights, norms, quantization scales and biases);
-    packed quantized weights are integers and keep their form."""
+def dequantized_weight(layer: nn.Module, rows: mx.array | None = None) -> mx.array:
+    """The weight of an embedding or linear layer (only ``rows`` if given), dequantized if
+    the layer is quantized; the result takes the dtype of its scales."""
+    pick = (lambda a: a) if rows is None else (lambda a: a[rows])
+    if "scales" not in layer:
+        return pick(layer.weight)
+    biases = pick(layer["biases"]) if "biases" in layer else None
+    return mx.dequantize(pick(layer.weight), pick(layer.scales), biases,
+                         group_size=layer.group_size, bits=layer.bits,
+                         mode=getattr(layer, "mode", "affine"))
+
+
+def _cast_dense(model: nn.Module, dtype) -> None:
+    """Cast the floating-point arrays of unquantized modules; quantized ones keep theirs."""
     for _, m in model.named_modules():
+        if "scales" in m:
+            continue
         for k, v in list(m.items()):
             if isinstance(v, mx.array) and mx.issubdtype(v.dtype, mx.floating) and v.dtype != dtype:
                 m[k] = v.astype(dtype)
@@ -126,9 +139,7 @@ def _expand_small_quantized(model: nn.Module, limit: int = EXPAND_QUANTIZED_LIMI
         return 0
     new = []
     for name, m in layers:
-        biases = m.get("biases")
-        w = mx.dequantize(m.weight, m.scales, biases, group_size=m.group_size, bits=m.bits,
-                          mode=getattr(m, "mode", "affine")).astype(mx.float32)
+        w = dequantized_weight(m).astype(mx.float32)
         lin = nn.Linear(w.shape[1], w.shape[0], bias="bias" in m)
         lin.weight = w
         if "bias" in m:
@@ -181,10 +192,12 @@ def load_model(
             target_dtype = mx.float32
     elif precision in ("float32", "float16", "bfloat16"):
         target_dtype = getattr(mx, precision)
-    if target_dtype is not None:
-        if quantized and precision == "auto":
-            _expand_small_quantized(model)
-        _cast_floats(model, target_dtype)
+    # A quantized model is cast only when its linear layers were expanded (a small draft);
+    # quantized modules keep their scales either way.
+    expanded = (target_dtype is not None and quantized and precision == "auto"
+                and _expand_small_quantized(model) > 0)
+    if target_dtype is not None and (not quantized or expanded):
+        _cast_dense(model, target_dtype)
         mx.eval(model.parameters())
     return LoadedModel(
         name=path.name,

@@ -26,7 +26,7 @@ import mlx.core as mx
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
-from app.engine.models import LoadedModel, make_cache, trim
+from app.engine.models import LoadedModel, dequantized_weight, make_cache, trim
 
 
 class DraftHead:
@@ -56,7 +56,11 @@ class DraftHead:
         else:
             return  # unusual head: keep the full output layer
         self.ids = mx.array(ids, dtype=mx.uint32)
-        self.weight = head_rows(layer, self.ids)
+        # in the dtype of the hidden states (a quantized layer's rows come in its scales'
+        # dtype), so the per-token matmul never casts the head
+        norm = getattr(getattr(inner, "norm", None), "weight", None)
+        w = dequantized_weight(layer, self.ids)
+        self.weight = w.astype(norm.dtype) if norm is not None else w
         mx.eval(self.weight)
 
     @property
@@ -86,17 +90,6 @@ class DraftHead:
             pad = mx.zeros((q.shape[0], self.target_vocab - q.shape[-1]), q.dtype)
             return mx.concatenate([q, pad], axis=-1)
         return q
-
-
-def head_rows(layer, ids: mx.array) -> mx.array:
-    """Rows ``ids`` of an embedding or linear layer's weight, dequantized if it is quantized
-    (the rows take the dtype of the layer's scales, i.e. the model's activation dtype)."""
-    if "scales" not in layer:
-        return layer.weight[ids]
-    biases = layer["biases"][ids] if "biases" in layer else None
-    return mx.dequantize(layer.weight[ids], layer.scales[ids], biases,
-                         group_size=layer.group_size, bits=layer.bits,
-                         mode=getattr(layer, "mode", "affine"))
 
 
 class WidthPolicy:
@@ -184,8 +177,9 @@ class FullModelDrafter(Drafter):
         confidence_stop: float | None = None,
     ):
         self.draft = draft
-        self.confidence_stop = (CONFIDENCE_STOP if adaptive else None) \
-            if confidence_stop is None else confidence_stop
+        if confidence_stop is None and adaptive:
+            confidence_stop = CONFIDENCE_STOP
+        self.confidence_stop = confidence_stop
         self.head = DraftHead(draft, target_vocab)
         self.prefill_step = prefill_step
         self.cache: list[Any] | None = None
@@ -228,9 +222,9 @@ class FullModelDrafter(Drafter):
         if self.adaptive and k > 0:
             chosen = self.policy.choose(k)
             # The policy decides whether drafting pays at all; with confidence stopping the
-            # draft itself decides how far to go (up to the width).
-            # (a probe while decoding plainly stays one token)
-            k = k if chosen > 0 and self.confidence_stop and not self.policy.probing else chosen
+            # draft itself decides how far to go (a probe while decoding plainly stays short).
+            widen = chosen > 0 and self.confidence_stop and not self.policy.probing
+            k = k if widen else chosen
         if k <= 0 or self.cache is None:
             return None
         started = time.perf_counter()

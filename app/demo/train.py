@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.demo import teacher
+from app.errors import DraftPairError
 
 DEFAULT_HEAD_SIZE = 8192
 SOFT_K = 8  # teacher top-k log-probs kept per reply token (soft labels)
@@ -81,6 +82,9 @@ class DraftShape:
 
 def draft_config(target_cfg: dict, shape: DraftShape) -> dict:
     if shape.target_layers:
+        n = int(target_cfg["num_hidden_layers"])
+        if not all(0 <= i < n for i in shape.target_layers):
+            raise DraftPairError(f"--from-target-layers: the target has layers 0..{n - 1}.")
         keep = ("architectures", "model_type", "hidden_size", "intermediate_size",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
                 "rope_theta", "max_position_embeddings", "vocab_size", "attention_bias",
@@ -689,7 +693,8 @@ def _shape_and_cfg(args) -> tuple[DraftShape, TrainConfig]:
         try:
             shape.target_layers = [int(i) for i in str(args.from_target_layers).split(",")]
         except ValueError:
-            raise ValueError("--from-target-layers takes target layer numbers, e.g. 0,1,2") from None
+            raise DraftPairError("--from-target-layers takes target layer numbers, e.g. 0,1,2") \
+                from None
     cfg = TrainConfig(train_minutes=getattr(args, "train_minutes", 120.0) or 120.0)
     if getattr(args, "lr", None):
         cfg.lr = args.lr

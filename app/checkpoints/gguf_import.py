@@ -16,8 +16,9 @@ Public API:
 
 Every tensor is dequantized with the ``gguf`` package (legacy Q4_0..Q8_0, K-quants, IQ-quants,
 F16/BF16/F32) to float32; on the CPU the checkpoint stays float32 (MLX's fastest there), on
-Metal the matrices are re-quantized to MLX affine 4-bit (8-bit where the file had 8 bits or
-more) in groups of 32. Tensors go one at a time, so memory stays near one output shard.
+Metal the matrices are re-quantized to MLX affine quantization in groups of 32, never with
+fewer bits than the file had (4-bit for Q4/Q3/Q2/IQ types, 5 for Q5, 6 for Q6_K, 8 for Q8_0
+and float tensors). Tensors go one at a time, so memory stays near one output shard.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ CONVERTER_VERSION = 1
 SOURCE_FILE = "draftpair_source.json"
 SHARD_BYTES = 2 << 30
 GROUP_SIZE = 32
-HIGH_PRECISION = {"F32", "F16", "BF16", "F64", "Q8_0", "Q8_1", "Q8_K"}
+# MLX bits for a matrix stored as this GGUF type: never fewer bits than the file had
+MLX_BITS = {"Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6, "IQ4_NL": 4, "IQ4_XS": 4}
 
 
 class GGUFImportError(DraftPairError):
@@ -121,11 +123,54 @@ def _dequant(t):
     return np.ascontiguousarray(w, dtype=np.float32)
 
 
+# GGUF block types that are MLX affine groups of 32 as they stand: (bits, bias in units of d)
+# Q4_0: d * (q - 8); Q4_1: d * q + m; Q8_0: d * q with q signed (MLX: unsigned q + 128)
+EXACT = {"Q4_0": (4, -8.0), "Q4_1": (4, None), "Q8_0": (8, -128.0)}
+
+
+def _exact_blocks(t, w, fix):
+    """(packed uint32, scales, biases) carrying ``t``'s blocks over to MLX without rounding,
+    or None when ``t`` is not a block type MLX can hold as is. ``w`` is the dequantized
+    tensor after ``fix`` (the row reordering applied to it is applied to the scales too)."""
+    import numpy as np
+
+    spec = EXACT.get(t.tensor_type.name)
+    if spec is None:
+        return None
+    bits, bias_units = spec
+    raw = np.asarray(t.data, dtype=np.uint8).reshape(
+        -1, {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[t.tensor_type.name]
+    )
+    d = raw[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
+    m = (
+        raw[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float32)
+        if bias_units is None
+        else bias_units * d
+    )
+    shape = (*w.shape[:-1], w.shape[-1] // GROUP_SIZE)
+    d, m = fix(d.reshape(shape)), fix(m.reshape(shape))
+    groups = w.reshape(*shape, GROUP_SIZE)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d[..., None] != 0, np.rint((groups - m[..., None]) / d[..., None]), 0)
+    q = np.clip(q, 0, (1 << bits) - 1).astype(np.uint32).reshape(w.shape)
+    per = 32 // bits
+    q = q.reshape(*q.shape[:-1], q.shape[-1] // per, per)
+    packed = np.zeros(q.shape[:-1], dtype=np.uint32)
+    for j in range(per):
+        packed |= q[..., j] << np.uint32(bits * j)
+    return packed, d, m
+
+
 def _quant_bits(t, mlx_name: str, shape: tuple[int, ...]) -> int:
-    """4 or 8 for a matrix MLX can quantize, 0 for tensors kept in 16 bits."""
+    """MLX bits (4, 5, 6 or 8) for a matrix MLX can quantize, 0 for tensors kept in 16 bits."""
     if len(shape) not in (2, 3) or shape[-1] % GROUP_SIZE or mlx_name.endswith(".mlp.gate.weight"):
         return 0
-    return 8 if t.tensor_type.name in HIGH_PRECISION else 4
+    kind = t.tensor_type.name
+    if kind in MLX_BITS:
+        return MLX_BITS[kind]
+    if kind in EXACT:
+        return EXACT[kind][0]
+    return 4 if kind.startswith(("Q2", "Q3", "Q4", "IQ", "TQ", "MXFP4", "NVFP4")) else 8
 
 
 def _out_bytes(n: int, bits: int, precision: str) -> int:
@@ -238,9 +283,19 @@ def convert_gguf(
                 if cancel is not None and cancel.is_set():
                     raise ImportCancelled("The import was cancelled; nothing was kept.")
                 mlx_name = plan.to_mlx[n]
-                w = mx.array(fix_tensor(arch, n, _dequant(tensors[n]), config))
+
+                def fix(a, n=n):
+                    return fix_tensor(arch, n, a, config)
+
+                w_np = fix(_dequant(tensors[n]))
+                w = mx.array(w_np)
                 base = mlx_name.rsplit(".", 1)[0]
-                if bits[n]:
+                exact = _exact_blocks(tensors[n], w_np, fix) if bits[n] else None
+                if exact is not None:  # same numbers as the file: no second rounding
+                    q, scales, biases = (mx.array(x) for x in exact)
+                    parts = {mlx_name: q, f"{base}.scales": scales.astype(half),
+                             f"{base}.biases": biases.astype(half)}  # fmt: skip
+                elif bits[n]:
                     q, scales, biases = mx.quantize(w, group_size=GROUP_SIZE, bits=bits[n])
                     parts = {mlx_name: q, f"{base}.scales": scales.astype(half),
                              f"{base}.biases": biases.astype(half)}  # fmt: skip

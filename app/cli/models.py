@@ -297,8 +297,8 @@ def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
     from app.checkpoints.gguf_import import GGUFImportError, ImportCancelled, import_gguf
 
     name = args.name
-    if name is None and found is not None:
-        name = found.name.replace(":", "-").replace("/", "-")
+    if name is None and found is not None and found.where == "Ollama":
+        name = found.name.replace(":", "-").replace("/", "-")  # its blob has no useful name
     cancel = threading.Event()
     try:
         entry = import_gguf(

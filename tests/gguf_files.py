@@ -157,6 +157,24 @@ def write_gguf(
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
+    rope = config.get("rope_scaling") or {}
+    if rope.get("rope_type") == "llama3":  # llama.cpp LlamaModel.generate_extra_tensors
+        dim = config.get("head_dim") or config["hidden_size"] // n_head
+        freqs = 1.0 / config["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim)
+        old, low, high = (rope[k] for k in ("original_max_position_embeddings",
+                                            "low_freq_factor", "high_freq_factor"))  # fmt: skip
+        factors = []
+        for freq in freqs:
+            wavelen = 2 * np.pi / freq
+            if wavelen < old / high:
+                factors.append(1)
+            elif wavelen > old / low:
+                factors.append(rope["factor"])
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / rope["factor"] + smooth))
+        writer.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+
     reference: dict[str, np.ndarray] = {}
     for mlx_name, value in params.items():
         if mlx_name == "lm_head.weight" and arch.startswith("gemma"):

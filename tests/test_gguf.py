@@ -243,3 +243,50 @@ def test_gguf_import_pairs_like_any_checkpoint(tmp_path, store):
     summary = summarize_weights(target, info.config)
     assert est.target_weights == summary.weight_bytes > 0
     assert summary.param_count == sum(v.size for v in ref.values())  # the source's shapes
+
+
+def test_llama3_rope_factors_become_rope_scaling(tmp_path, store):
+    from app.checkpoints.gguf_import import import_gguf
+
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    files, config, ref = write_gguf(
+        tmp_path / "l3.gguf", config_overrides={"rope_scaling": rope, "rope_theta": 500000.0}
+    )
+    entry = import_gguf(files[0], store=store, precision="float32")
+    cfg = json.loads((entry.path / "config.json").read_text())
+    assert cfg["rope_scaling"] == rope
+    ids = list(range(1, 300, 3))  # long enough for the low frequencies to matter
+    got = model_logits(_load(entry.path), ids)
+    assert np.abs(got - reference_logits(config, ref, ids)).max() <= FLOAT_TOL
+
+
+def test_sentencepiece_tokenizer_from_metadata(tmp_path):
+    """Llama 2 / Mistral style vocabularies (tokenizer.ggml.model = llama): BOS added by
+    default, byte fallback for unknown characters, the chat template kept."""
+    from mlx_lm.utils import load_tokenizer
+
+    from app.checkpoints.gguf_tokenizer import build_tokenizer_files
+
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    words = ["\u2581", "e", "t", "h", "l", "o", "\u2581t", "he", "\u2581the", "ll", "\u2581he",
+             "llo", "\u2581hello", "a", "c", "\u2581c", "at", "\u2581cat"]  # fmt: skip
+    tokens = pieces + words
+    meta = {
+        "general.architecture": "llama",
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [0.0] * len(pieces) + [-float(i) for i in range(len(words))],
+        "tokenizer.ggml.token_type": [2, 3, 3] + [6] * 256 + [1] * len(words),
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.chat_template": "{% for m in messages %}[INST] {{ m['content'] }} [/INST]"
+        "{% endfor %}",
+    }
+    assert build_tokenizer_files(meta, tmp_path, context_length=512) is True
+    tok = load_tokenizer(tmp_path)
+    ids = tok.encode("hello the cat!")
+    assert [tokens[i] for i in ids] == ["<s>", "\u2581hello", "\u2581the", "\u2581cat", "<0x21>"]
+    assert tok.decode(ids, skip_special_tokens=True) == "hello the cat!"
+    assert tok.eos_token == "</s>" and tok.chat_template.startswith("{% for m in messages %}")

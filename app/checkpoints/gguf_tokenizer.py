@@ -126,6 +126,28 @@ def _via_transformers(meta: dict, architecture: str):
     return tok, specials, "PreTrainedTokenizerFast"
 
 
+def _add_bos_eos(tok, meta: dict, bos: str | None, eos: str | None, byte_level: bool) -> None:
+    """Encode BOS/EOS the way llama.cpp does for this file (a TemplateProcessing step)."""
+    if bos is None and eos is None:
+        return
+    from tokenizers import processors
+
+    ids = {
+        bos: meta.get("tokenizer.ggml.bos_token_id"),
+        eos: meta.get("tokenizer.ggml.eos_token_id"),
+    }
+    head = f"{bos}:0 " if bos else ""
+    tail = f" {eos}:0" if eos else ""
+    template = processors.TemplateProcessing(
+        single=f"{head}$A:0{tail}",
+        pair=f"{head}$A:0{tail} {head.replace(':0', ':1')}$B:1{tail.replace(':0', ':1')}",
+        special_tokens=[(t, int(i)) for t, i in ids.items() if t is not None],
+    )
+    if byte_level:
+        template = processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
+    tok.post_processor = template
+
+
 def build_tokenizer_files(meta: dict, folder: Path, *, context_length: int | None) -> bool:
     if not meta.get("tokenizer.ggml.tokens"):
         raise GGUFTokenizerError("The file has no tokenizer (no tokenizer.ggml.tokens).")
@@ -137,11 +159,16 @@ def build_tokenizer_files(meta: dict, folder: Path, *, context_length: int | Non
         tok, specials, tok_class = _via_transformers(meta, architecture)
     else:
         raise GGUFTokenizerError(f"DraftPair cannot rebuild a {model!r} tokenizer from a GGUF.")
+    bos, eos = _token(meta, "bos_token_id"), _token(meta, "eos_token_id")
+    pad, unk = _token(meta, "padding_token_id"), _token(meta, "unknown_token_id")
+    add_bos = meta.get("tokenizer.ggml.add_bos_token")
+    if add_bos is None:  # llama.cpp adds BOS to a SentencePiece vocabulary that does not say
+        add_bos = model == "llama"
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token"))
+    _add_bos_eos(tok, meta, bos if add_bos else None, eos if add_eos else None, model == "gpt2")
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
 
-    bos, eos = _token(meta, "bos_token_id"), _token(meta, "eos_token_id")
-    pad, unk = _token(meta, "padding_token_id"), _token(meta, "unknown_token_id")
     special_map: dict = {}
     for key, value in (("bos_token", bos), ("eos_token", eos), ("pad_token", pad)):
         if value is not None:
@@ -151,9 +178,6 @@ def build_tokenizer_files(meta: dict, folder: Path, *, context_length: int | Non
     special_map["additional_special_tokens"] = [
         s for s in specials if s not in (bos, eos, pad, unk)
     ]
-    add_bos = meta.get("tokenizer.ggml.add_bos_token")
-    if add_bos is None:  # llama.cpp adds BOS to a SentencePiece vocabulary that does not say
-        add_bos = model == "llama"
     cfg: dict = {
         "add_bos_token": bool(add_bos),
         "add_prefix_space": bool(meta.get("tokenizer.ggml.add_space_prefix", False)),
@@ -161,7 +185,7 @@ def build_tokenizer_files(meta: dict, folder: Path, *, context_length: int | Non
         "model_max_length": int(context_length or 2048),
         "tokenizer_class": tok_class,
     }
-    if meta.get("tokenizer.ggml.add_eos_token"):
+    if add_eos:
         cfg["add_eos_token"] = True
     template = meta.get("tokenizer.chat_template")
     if isinstance(template, str) and template.strip():

@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--copy", action="store_true", help="copy a folder into DraftPair's models folder"
     )
     im.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON; GGUF progress goes to stderr as JSON lines",
+    )
+    im.add_argument(
         "--precision",
         choices=("float32", "4bit"),
         help="GGUF conversion precision (default: float32 on the CPU, 4bit on Metal)",
@@ -293,6 +298,11 @@ def _import_progress():
     return show
 
 
+def _json_progress(p) -> None:
+    print(json.dumps({"message": p.message, "done": p.done, "total": p.total}), file=sys.stderr,
+          flush=True)  # fmt: skip
+
+
 def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
     from app.checkpoints.gguf_import import GGUFImportError, ImportCancelled, import_gguf
 
@@ -300,13 +310,14 @@ def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
     if name is None and found is not None and found.where == "Ollama":
         name = found.name.replace(":", "-").replace("/", "-")  # its blob has no useful name
     cancel = threading.Event()
+    progress = _json_progress if args.json else _import_progress()
     try:
         entry = import_gguf(
             path,
             store=_store(),
             name=name,
             precision=args.precision,
-            progress=_import_progress(),
+            progress=progress,
             cancel=cancel,
             found_in=found.where if found is not None else None,
         )
@@ -319,6 +330,9 @@ def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
         return 130
     except (GGUFImportError, OSError) as exc:
         raise _fail(exc) from None
+    if args.json:
+        print(json.dumps({**entry.to_dict(), "imported_from": str(path)}))
+        return 0
     if sys.stderr.isatty():
         print(file=sys.stderr)
     print(f"Imported {entry.name} ({entry.kind_label}) from {path}")
@@ -359,6 +373,9 @@ def run_import(args: argparse.Namespace) -> int:
         entry = _store().import_folder(args.path, name=args.name, copy=args.copy)
     except (StoreError, OSError) as exc:
         raise _fail(exc) from None
+    if args.json:
+        print(json.dumps(entry.to_dict()))
+        return 0
     print(f"Imported {entry.name} ({entry.kind_label}) from {entry.path}")
     if entry.unsupported_reason:
         print(f"  note: DraftPair cannot use it yet: {entry.unsupported_reason}")

@@ -1,0 +1,90 @@
+"""The "Found on this computer" panel: real discovery on fake LM Studio / Ollama trees, real
+imports through the `draftpair models import` child process, cancel, drag and drop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+
+from app.ui.background import Background
+from app.ui.gguf_panel import FoundModelsPanel
+from tests.gguf_files import write_gguf
+from tests.test_gguf_discovery import build_library, ggufs, home  # noqa: F401 - fixtures
+
+IMPORT_TIMEOUT = 120_000
+
+
+@pytest.fixture
+def panel(qtbot, home):  # noqa: F811 - fixture from the discovery tests
+    bg = Background()
+    p = FoundModelsPanel(bg)
+    qtbot.addWidget(p)
+    yield p
+    p.shutdown()
+    bg.shutdown()
+
+
+def _row(panel, text: str):
+    for i in range(panel.tree.topLevelItemCount()):
+        item = panel.tree.topLevelItem(i)
+        if item.text(0) == text:
+            return item
+    raise AssertionError(f"{text!r} not listed: {[f.name for f in panel.found]}")
+
+
+def test_found_models_import_in_one_action(qtbot, panel, home, ggufs):  # noqa: F811
+    from app.checkpoints.gguf_import import converted_from
+    from app.checkpoints.store import Store
+
+    build_library(home, ggufs)
+    with qtbot.waitSignal(panel.found_listed, timeout=20_000):
+        panel.refresh(entries=[])
+    assert "6 GGUF models found" in panel.status.text()
+    gone = _row(panel, "gone:1b")
+    assert gone.isDisabled() and "missing" in gone.text(5)
+    base = _row(panel, "someone_tiny-base-GGUF_tiny-base")
+    assert "base model" in base.text(5) and base.text(1) == "llama.cpp cache"
+    panel.tree.setCurrentItem(_row(panel, "tiny:latest"))
+    assert panel.import_btn.isEnabled()
+    with qtbot.waitSignal(panel.imported, timeout=IMPORT_TIMEOUT) as got:
+        panel.import_selected()
+        assert not panel.bar.isHidden() and not panel.import_btn.isEnabled()
+    assert got.args == ["tiny-latest"] and "Imported tiny-latest" in panel.status.text()
+    entry = Store().get("tiny-latest")
+    assert converted_from(entry.path)["found_in"] == "Ollama"
+    with qtbot.waitSignal(panel.found_listed, timeout=20_000):
+        panel.refresh(entries=Store().list())
+    assert _row(panel, "tiny:latest").text(5) == "imported as tiny-latest"
+
+
+def test_dropped_gguf_is_imported_and_errors_are_plain(qtbot, panel, tmp_path):
+    files, _, _ = write_gguf(tmp_path / "dropped.gguf", chat_template=None)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(files[0]))])
+    drop = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime,
+                      Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)  # fmt: skip
+    with qtbot.waitSignal(panel.imported, timeout=IMPORT_TIMEOUT) as got:
+        panel.dropEvent(drop)
+    assert got.args == ["dropped"] and "base model" in panel.status.text()
+    with qtbot.waitSignal(panel.import_failed, timeout=IMPORT_TIMEOUT) as failed:
+        panel.import_file(str(files[0]))  # the same file again
+    assert failed.args[0] == "dropped.gguf is already imported as dropped."
+    assert "Traceback" not in panel.status.text()
+
+
+def test_cancel_removes_the_partial_import(qtbot, panel, tmp_path, monkeypatch):
+    from app.checkpoints.store import Store
+
+    big = write_gguf(tmp_path / "slow.gguf", config_overrides={"num_hidden_layers": 32,
+                     "hidden_size": 256, "intermediate_size": 1024})[0][0]  # fmt: skip
+    panel.import_file(str(big))
+    qtbot.waitUntil(lambda: panel.bar.value() > 0, timeout=IMPORT_TIMEOUT)
+    with qtbot.waitSignal(panel.import_failed, timeout=IMPORT_TIMEOUT) as failed:
+        panel.cancel_import()
+    assert "cancelled" in failed.args[0]
+    models = Store().models_dir
+    assert not models.exists() or not any(models.iterdir())
+    assert json.dumps(failed.args)  # a plain string crosses the signal

@@ -88,3 +88,37 @@ def test_cancel_removes_the_partial_import(qtbot, panel, tmp_path, monkeypatch):
     models = Store().models_dir
     assert not models.exists() or not any(models.iterdir())
     assert json.dumps(failed.args)  # a plain string crosses the signal
+
+
+def test_draft_picker_offers_only_working_pairs_with_reasons(qtbot, tmp_path, tiny_models):
+    """Real pairing suggestions for the tiny target: the same-tokenizer draft is offered with
+    its reason, the permuted one is not; kinds the engine cannot run are disabled with why."""
+    from app.checkpoints.pairing import suggest_drafts
+    from app.checkpoints.store import Store
+    from app.ui.draft_picker import DraftPicker, options_from, uses_draft_model
+
+    store = Store(data_dir=tmp_path / "data", hf_cache=tmp_path / "hf")
+    store.import_folder(tiny_models.draft, name="good-draft")
+    store.import_folder(tiny_models.permuted_draft, name="other-tokenizer")
+    sugg = suggest_drafts(tiny_models.target, store=store)
+    picker = DraftPicker()
+    qtbot.addWidget(picker)
+    kinds = {"prompt-lookup": None, "mtp": "the target has no MTP head", "full-model": None}
+    picker.set_options(options_from(sugg, kinds), kind="prompt-lookup")
+    titles = [o.title for o in picker.options]
+    assert any(t.startswith("good-draft") for t in titles)
+    assert not any("other-tokenizer" in t for t in titles)
+    assert picker.current().kind == "prompt-lookup"
+    good = next(o for o in picker.options if o.title.startswith("good-draft"))
+    assert good.enabled and good.reason and good.path == str(tiny_models.draft.resolve())
+    with qtbot.waitSignal(picker.chosen) as got:
+        picker.select("full-model", good.path)
+    assert got.args == ["full-model", good.path] and uses_draft_model(got.args[0])
+    assert picker.toolTip() == good.reason
+    assert not any(o.kind == "mtp" and o.enabled for o in picker.options)  # no heads here
+    assert not uses_draft_model("prompt-lookup")
+    blocked = {"prompt-lookup": "it is switched off for this test"}
+    picker.set_options(options_from(sugg, blocked), kind="prompt-lookup")
+    pl = next(o for o in picker.options if o.kind == "prompt-lookup")
+    assert not pl.enabled and pl.reason == "it is switched off for this test"
+    assert picker.current().kind == "none"  # a kind that cannot run is never selected

@@ -9,6 +9,8 @@ Public API (import from the submodules; each is light to import):
     memory.estimate_memory(target, draft, context=...) -> MemoryEstimate; memory.memory_budget()
     hub.search(query) / hub.repo_info(repo_id) / hub.download(repo_id, progress=, cancel=)
     convert.convert(source, quantize=False, ...) -> Path
+    gguf_import.import_gguf(path, store=None, progress=, cancel=) -> StoreEntry   GGUF -> MLX
+    discovery.discover() -> list[FoundModel]       GGUFs in LM Studio, Ollama, llama.cpp, HF
     resolve.resolve_model(name_or_path) -> Path
 
 Kinds (CheckpointInfo.kind): chat, draft-candidate, dflash, mtp-target, unsupported (+ reason).

@@ -4,7 +4,7 @@ The reference for every import is a float32 mlx-lm model built from the source t
 gguf's own quantize -> dequantize round trip (K-quants: gguf's dequantization of the written
 blocks). The float32 import must give the same logits to within 1e-4 (they come out
 identical: the same float32 weights in the same model); the 4-bit (Metal) form of Q4_0/Q4_1/
-Q8_0 files is within 2% of the reference logits' largest magnitude (float16 rounding only).
+Q4_K/Q8_0 files is within 2% of the reference logits' largest magnitude (float16 rounding only).
 """
 
 from __future__ import annotations
@@ -148,12 +148,12 @@ def test_base_model_without_chat_template(tmp_path, store, capsys):
 
 
 def test_four_bit_import(tmp_path, store):
-    """Metal form: Q4_0/Q4_1/Q8_0 blocks carried over as MLX groups of 32 without rounding,
+    """Metal form: Q4_0/Q4_1/Q4_K/Q8_0 blocks carried over as MLX groups of 32 without rounding,
     other types re-quantized with at least the file's bits."""
     from app.checkpoints.gguf_import import import_gguf
 
     exact = {"token_embd": "Q8_0", "attn_q": "Q8_0", "attn_k": "Q4_0", "attn_v": "Q4_1",
-             "attn_output": "Q4_1", "ffn_gate": "Q4_0", "ffn_up": "Q8_0", "ffn_down": "Q4_0",
+             "attn_output": "Q4_1", "ffn_gate": "Q4_0", "ffn_up": "Q8_0", "ffn_down": "Q4_K",
              "output": "Q8_0"}  # fmt: skip
     files, config, ref = write_gguf(tmp_path / "q.gguf", qtypes=exact)
     entry = import_gguf(files[0], store=store, precision="4bit")

@@ -18,7 +18,8 @@ Every tensor is dequantized with the ``gguf`` package (legacy Q4_0..Q8_0, K-quan
 F16/BF16/F32) to float32; on the CPU the checkpoint stays float32 (MLX's fastest there), on
 Metal the matrices are re-quantized to MLX affine quantization in groups of 32, never with
 fewer bits than the file had (4-bit for Q4/Q3/Q2/IQ types, 5 for Q5, 6 for Q6_K, 8 for Q8_0
-and float tensors). Tensors go one at a time, so memory stays near one output shard.
+and float tensors); Q4_0, Q4_1, Q4_K and Q8_0 blocks are carried over as they are (the same
+integers, their scales in 16 bits), without a second rounding. Tensors go one at a time, so memory stays near one output shard.
 """
 
 from __future__ import annotations
@@ -123,13 +124,46 @@ def _dequant(t):
     return np.ascontiguousarray(w, dtype=np.float32)
 
 
-# GGUF block types that are MLX affine groups of 32 as they stand: (bits, bias in units of d)
-# Q4_0: d * (q - 8); Q4_1: d * q + m; Q8_0: d * q with q signed (MLX: unsigned q + 128)
-EXACT = {"Q4_0": (4, -8.0), "Q4_1": (4, None), "Q8_0": (8, -128.0)}
+def _f16(raw, start: int):
+    import numpy as np
+
+    return raw[:, start : start + 2].copy().view(np.float16)[:, 0].astype(np.float32)
+
+
+def _groups_q4_0(raw):  # d * (q - 8)
+    d = _f16(raw, 0)
+    return d, -8.0 * d
+
+
+def _groups_q4_1(raw):  # d * q + m
+    return _f16(raw, 0), _f16(raw, 2)
+
+
+def _groups_q8_0(raw):  # d * q, q signed; MLX holds q + 128
+    d = _f16(raw, 0)
+    return d, -128.0 * d
+
+
+def _groups_q4_k(raw):  # 8 sub-blocks of 32: (d * sc) * q - dmin * m
+    from gguf.quants import Q4_K
+
+    sc, mins = Q4_K.get_scale_min(raw[:, 4:16].copy())
+    d, dmin = _f16(raw, 0)[:, None], _f16(raw, 2)[:, None]
+    return (d * sc).reshape(-1), (-dmin * mins).reshape(-1)
+
+
+# GGUF block types that are MLX affine groups of 32 as they stand:
+# type -> (MLX bits, bytes per block, (scale, bias) per group of 32 from the raw blocks)
+EXACT = {
+    "Q4_0": (4, 18, _groups_q4_0),
+    "Q4_1": (4, 20, _groups_q4_1),
+    "Q8_0": (8, 34, _groups_q8_0),
+    "Q4_K": (4, 144, _groups_q4_k),
+}
 
 
 def _exact_blocks(t, w, fix):
-    """(packed uint32, scales, biases) carrying ``t``'s blocks over to MLX without rounding,
+    """(packed uint32, scales, biases) carrying ``t``'s blocks over to MLX without requantizing,
     or None when ``t`` is not a block type MLX can hold as is. ``w`` is the dequantized
     tensor after ``fix`` (the row reordering applied to it is applied to the scales too)."""
     import numpy as np
@@ -137,16 +171,8 @@ def _exact_blocks(t, w, fix):
     spec = EXACT.get(t.tensor_type.name)
     if spec is None:
         return None
-    bits, bias_units = spec
-    raw = np.asarray(t.data, dtype=np.uint8).reshape(
-        -1, {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[t.tensor_type.name]
-    )
-    d = raw[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
-    m = (
-        raw[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float32)
-        if bias_units is None
-        else bias_units * d
-    )
+    bits, block_bytes, groups_of = spec
+    d, m = groups_of(np.asarray(t.data, dtype=np.uint8).reshape(-1, block_bytes))
     shape = (*w.shape[:-1], w.shape[-1] // GROUP_SIZE)
     d, m = fix(d.reshape(shape)), fix(m.reshape(shape))
     groups = w.reshape(*shape, GROUP_SIZE)

@@ -166,6 +166,8 @@ def test_cli_lists_and_imports_found_models_in_place(home, ggufs, capsys):
     assert main(["models", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     found = {r["id"]: r for r in rows if r.get("source") == "found"}
+    mine = next(r for r in rows if r.get("name") == "tiny-latest")
+    assert mine["converted_from"]["found_in"] == "Ollama" and mine["kind"] == "chat"
     assert found["ollama:tiny:latest"]["imported_as"] == "tiny-latest"
     assert main(["models", "import", "ollama:gone:1b"]) == 1
     assert "missing" in capsys.readouterr().err

@@ -147,7 +147,15 @@ def run_list(args: argparse.Namespace) -> int:
     entries = _store().list()
     found = _found(entries)
     if args.json:
-        out = [e.to_dict() for e in entries]
+        from app.checkpoints.gguf_import import converted_from
+
+        out = []
+        for e in entries:
+            d = e.to_dict()
+            rec = converted_from(e.path)
+            if rec:
+                d["converted_from"] = rec  # the GGUF it was made from, and where it was found
+            out.append(d)
         for f, imported_as in found:
             out.append({**f.to_dict(), "source": "found", "imported_as": imported_as})
         print(json.dumps(out, indent=2))

@@ -28,7 +28,9 @@ demo: setup
 run: setup
 	$(PY) -m app
 
+# The import contracts (pyproject.toml [tool.importlinter]) first, then the suite.
 test: setup
+	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.engine.platform exec -- $(PY) -m pytest -q
 
 lint: $(STAMP)

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.bench.runner import BenchReport
+from app.bench.records import BenchReport
 
 CSV_TIMINGS = (
     "prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",

@@ -232,25 +232,21 @@ class Store:
         return out
 
     def _builtin_entries(self) -> list[StoreEntry]:
-        try:
-            from app.demo.target import demo_draft_path
-        except ImportError:
-            return []
-        try:
-            p = Path(demo_draft_path())
-        except Exception:  # noqa: BLE001 - a missing demo must not break the listing
-            return []
-        if not (p / "config.json").exists():
-            return []
-        return [
-            StoreEntry(
-                "demo-draft",
-                p,
-                SOURCE_BUILTIN,
-                dir_size(p),
-                inspect_checkpoint(p, read_tokenizer_files=False),
-            )
-        ]
+        from app.checkpoints import builtins
+
+        out = []
+        for builtin in builtins.registered():
+            if not builtin.listed:
+                continue
+            try:
+                p = builtin.present()
+            except Exception:  # noqa: BLE001 - a missing demo must not break the listing
+                continue
+            if p is None or not (p / "config.json").exists():
+                continue
+            info = inspect_checkpoint(p, read_tokenizer_files=False)
+            out.append(StoreEntry(builtin.name, p, SOURCE_BUILTIN, dir_size(p), info))
+        return out
 
     def list(self) -> list[StoreEntry]:
         entries = self._builtin_entries() + self._folder_entries() + self._hf_entries()

@@ -39,6 +39,9 @@ class AppContext:
 class MainWindow(QMainWindow):
     def __init__(self, ctx: AppContext):
         super().__init__()
+        from app.demo.builtins import register_demo_models
+
+        register_demo_models()
         self.ctx = ctx
         self.settings = ctx.settings
         self.setWindowTitle("DraftPair")

@@ -18,8 +18,8 @@ setup: $(STAMP) sysdeps blas
 sysdeps:
 	@bash packaging/linux-deps.sh
 
-# Linux: make sure an optimized BLAS is present for MLX's CPU backend.
-blas: $(STAMP)
+# Linux: make sure an optimized BLAS is present for MLX's CPU backend (installed by sysdeps).
+blas: $(STAMP) sysdeps
 	@$(PY) -m app.engine.platform ensure-blas
 
 demo: setup

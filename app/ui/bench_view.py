@@ -32,32 +32,20 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.format import KIND_LABELS
-from app.ui.settings import Settings
-from app.ui.theme import LIGHT, Colors
-from app.ui.widgets import Banner
-from app.ui.worker import EngineClient, ModelState
+from app.ui.theme import Colors
+from app.ui.view_deps import View, ViewDeps
+from app.ui.worker import ModelState
 
 COLUMNS = ("Task", "Kind", "T", "Speculation", "tok/s", "Speedup", "Verdict", "Accepted/round",
            "Same text as off")
 
 
-class BenchView(QWidget):
+class BenchView(View):
     bench_done = Signal(object)  # BenchReport | None
 
-    def __init__(
-        self,
-        client: EngineClient,
-        settings: Settings,
-        banner: Banner,
-        parent: QWidget | None = None,
-        *,
-        colors: Colors = LIGHT,
-    ):
-        super().__init__(parent)
-        self.client = client
-        self.settings = settings
-        self.banner = banner
-        self.colors = colors
+    def __init__(self, deps: ViewDeps, parent: QWidget | None = None):
+        super().__init__(deps, parent)
+        client = self.client
         self.report: Any = None
         self._running = False
         self._build()

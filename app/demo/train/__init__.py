@@ -7,7 +7,6 @@ phases and ``run``). The public names stay importable from ``app.demo.train``.
 """
 
 from app.demo.train.card import model_card
-from app.demo.train.ship import TOKENIZER_FILES, export, ship_weights
 from app.demo.train.init_draft import (
     DraftShape,
     build_draft,
@@ -18,6 +17,7 @@ from app.demo.train.init_draft import (
     quantize_roundtrip,
 )
 from app.demo.train.pipeline import phase_generate, phase_train, run, run_all
+from app.demo.train.ship import TOKENIZER_FILES, export, ship_weights
 from app.demo.train.status import status_lines
 from app.demo.train.teacher_forced import teacher_forced_eval
 from app.demo.train.trainer import TrainConfig, Trainer

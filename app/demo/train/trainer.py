@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.checkpoints.inspect import read_draft_head
 from app.demo import teacher
 from app.demo.train.init_draft import (
     DraftShape,
@@ -22,7 +22,9 @@ from app.demo.train.init_draft import (
     special_ids,
 )
 from app.demo.train.teacher_forced import teacher_forced_eval
-from app.demo.train.workdir import SOFT_K, Logger, atomic_json, load_target, target_config
+from app.demo.train.workdir import SOFT_K, Logger, load_target, target_config
+from app.errors import DraftPairError
+from app.fileio import atomic_write_json, commit_file
 
 
 @dataclass
@@ -72,13 +74,14 @@ class Trainer:
         self.model = build_draft(self.config)
 
         # Head (reduced output vocabulary), fixed for the run.
-        head_path = workdir / "draft_head.json"
-        if head_path.is_file():
-            self.head = json.loads(head_path.read_text())["token_ids"]
-        else:
+        head, problem = read_draft_head(workdir)
+        if problem:
+            raise DraftPairError(f"{workdir}: {problem}")
+        if head is None:
             records = teacher.load_records(workdir)
-            self.head = choose_head(records, self.shape.head_size, special_ids(self.tok))
-            atomic_json(head_path, {"format": 1, "token_ids": self.head})
+            head = choose_head(records, self.shape.head_size, special_ids(self.tok))
+            atomic_write_json(workdir / "draft_head.json", {"format": 1, "token_ids": head})
+        self.head = head
         vocab = self.config["vocab_size"]
         lut = np.full(vocab, -1, dtype=np.int32)
         lut[np.array(self.head)] = np.arange(len(self.head), dtype=np.int32)
@@ -97,7 +100,7 @@ class Trainer:
             emb = pca_embedding(tmodel.model.embed_tokens.weight, self.shape.hidden_size)
             self.model.model.embed_tokens.weight = emb
         if not self.meta:
-            atomic_json(run_path, {"shape": asdict(self.shape), "train": asdict(self.cfg),
+            atomic_write_json(run_path, {"shape": asdict(self.shape), "train": asdict(self.cfg),
                                     "config": self.config})
         if self.shape.target_layers:
             self.model.model.embed_tokens.freeze()
@@ -252,7 +255,7 @@ class Trainer:
         folder.mkdir(parents=True, exist_ok=True)
         w = dict(tree_flatten(self.model.parameters()))
         mx.save_safetensors(str(folder / "model.safetensors.tmp.safetensors"), w)
-        os.replace(folder / "model.safetensors.tmp.safetensors", folder / "model.safetensors")
+        commit_file(folder / "model.safetensors.tmp.safetensors", folder / "model.safetensors")
 
     def save_checkpoint(self) -> None:
         import mlx.core as mx
@@ -262,8 +265,8 @@ class Trainer:
         self._save_weights(self.ckpt)
         st = dict(tree_flatten(self.optimizer.state))
         mx.save_safetensors(str(self.ckpt / "optimizer.tmp.safetensors"), st)
-        os.replace(self.ckpt / "optimizer.tmp.safetensors", self.ckpt / "optimizer.safetensors")
-        atomic_json(self.ckpt / "meta.json", {
+        commit_file(self.ckpt / "optimizer.tmp.safetensors", self.ckpt / "optimizer.safetensors")
+        atomic_write_json(self.ckpt / "meta.json", {
             "step": self.step, "train_seconds": self.train_seconds,
             "tokens_seen": self.tokens_seen, "best_score": self.best_score,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -281,7 +284,7 @@ class Trainer:
             return False
         self.best_score = score
         self._save_weights(self.best)
-        atomic_json(self.best / "meta.json", {
+        atomic_write_json(self.best / "meta.json", {
             "step": self.step, "train_seconds": self.train_seconds,
             "tokens_seen": self.tokens_seen, "eval": ev,
             "teacher": dict(zip(("replies", "tokens"), teacher.count_tokens(self.workdir),

@@ -42,11 +42,5 @@ def load_target(progress=None):
     return path, model, tok
 
 
-def atomic_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def target_config(target_path: Path) -> dict:
     return json.loads((target_path / "config.json").read_text())

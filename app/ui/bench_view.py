@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -34,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.ui.format import KIND_LABELS
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
+from app.ui.widgets import splitter
 from app.ui.worker import ModelState
 
 COLUMNS = ("Task", "Kind", "T", "Speculation", "tok/s", "Speedup", "Verdict", "Accepted/round",
@@ -131,15 +131,8 @@ class BenchView(View):
         rv.addWidget(self.recs)
         rv.addWidget(self.chart, 1)
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.table)
-        split.addWidget(right)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setChildrenCollapsible(False)
-        split.setSizes([680, 580])
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
+        split = splitter(Qt.Orientation.Horizontal, (self.table, 3), (right, 2), sizes=[680, 580])
+        outer = self.body_layout()
         outer.addWidget(title)
         outer.addWidget(self.pair_label)
         outer.addLayout(row)

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -32,7 +31,7 @@ from app.ui.live import Segment
 from app.ui.panels import LivePanels
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
-from app.ui.widgets import SpecCombo, add_shortcut
+from app.ui.widgets import SpecCombo, add_shortcut, splitter
 from app.ui.worker import Job, ModelState
 
 STREAM_HZ = 15
@@ -152,12 +151,7 @@ class ChatView(View):
         cv.addWidget(self.transcript, 1)
         cv.addLayout(status_row)
         cv.addLayout(input_row)
-        centre = QSplitter(Qt.Orientation.Vertical)
-        centre.addWidget(chat_col)
-        centre.addWidget(self.panels)
-        centre.setStretchFactor(0, 3)
-        centre.setStretchFactor(1, 1)
-        centre.setChildrenCollapsible(False)
+        centre = splitter(Qt.Orientation.Vertical, (chat_col, 3), (self.panels, 1))
 
         # right: generation settings
         self.reply_settings = right = ReplySettingsPanel(s)
@@ -167,16 +161,9 @@ class ChatView(View):
         self.temp_spin, self.top_p_spin, self.max_spin = right.temp_spin, right.top_p_spin, right.max_spin
         self.template_label = right.template_label
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(left)
-        split.addWidget(centre)
-        split.addWidget(right)
-        split.setStretchFactor(1, 1)
-        split.setChildrenCollapsible(False)
-        split.setSizes([200, 900, 260])
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
-        outer.addWidget(split)
+        split = splitter(Qt.Orientation.Horizontal, (left, 0), (centre, 1), (right, 0),
+                         sizes=[200, 900, 260])
+        self.body_layout().addWidget(split)
 
         add_shortcut(self, "Ctrl+Return", self.send)
         add_shortcut(self, "Ctrl+Enter", self.send)

@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -29,7 +28,7 @@ from app.ui.panels import LivePanels
 from app.ui.text_runs import append_run
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
-from app.ui.widgets import SpecCombo, add_shortcut
+from app.ui.widgets import SpecCombo, add_shortcut, splitter
 from app.ui.worker import Job, ModelState
 
 DEFAULT_PROMPT = (
@@ -175,15 +174,7 @@ class CompareView(View):
         tv.addLayout(mid, 1)
 
         self.panels = LivePanels(colors=self.colors)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(top)
-        split.addWidget(self.panels)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setChildrenCollapsible(False)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
-        outer.addWidget(split)
+        self.body_layout().addWidget(splitter(Qt.Orientation.Vertical, (top, 3), (self.panels, 2)))
 
         add_shortcut(self, "Ctrl+Return", self.run)
         add_shortcut(self, Qt.Key.Key_Escape, self.stop)

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMessageBox,
     QPushButton,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -35,6 +34,7 @@ from app.ui.models_hub import HubPanel
 from app.ui.models_pairing import PairingPanel
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
+from app.ui.widgets import splitter
 from app.ui.worker import ModelState
 
 COLUMNS = ("Name", "Kind", "Size", "Parameters", "Memory", "Source")
@@ -135,15 +135,7 @@ class ModelsView(View):
         self.cancel_btn, self.resume_btn = right.cancel_btn, right.resume_btn
         self.dl_title, self.dl_bar, self.dl_bytes = right.dl_title, right.dl_bar, right.dl_bytes
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(left)
-        split.addWidget(right)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setChildrenCollapsible(False)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
-        outer.addWidget(split)
+        self.body_layout().addWidget(splitter(Qt.Orientation.Horizontal, (left, 3), (right, 2)))
         self._update_buttons()
 
     def apply_colors(self, c: Colors) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.ui.settings import Settings
 from app.ui.theme import Colors
@@ -34,3 +34,9 @@ class View(QWidget):
         self.settings = deps.settings
         self.banner = deps.banner
         self.colors = deps.colors
+
+    def body_layout(self) -> QVBoxLayout:
+        """The view's outer layout, with the margins every view uses."""
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 8, 10, 8)
+        return outer

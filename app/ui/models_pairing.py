@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
-    QWidget,
 )
 
 from app.ui.background import Background
@@ -33,14 +32,17 @@ from app.ui.theme import Colors
 ROLE_ENTRY = Qt.ItemDataRole.UserRole
 
 
-class PairingPanel(QWidget):
+class PairingPanel(QObject):
+    """Owns the pairing widgets; ``add_to`` puts them into the view's column, where the tree
+    and the details share the column's stretch with the table above them."""
+
     shown = Signal()  # suggestions shown
     selection_changed = Signal()
     use_selected = Signal()  # load the target with the selected draft (double-click, button)
     use_target_only = Signal()
 
     def __init__(self, bg: Background, settings: Settings, colors: Colors,
-                 entry: Callable[[str | None], Any], parent: QWidget | None = None):
+                 entry: Callable[[str | None], Any], parent: QObject | None = None):
         super().__init__(parent)
         self.bg = bg
         self.settings = settings
@@ -73,17 +75,17 @@ class PairingPanel(QWidget):
         self.load_btn.clicked.connect(lambda: self.use_selected.emit())
         self.load_target_btn = QPushButton("Load target only")
         self.load_target_btn.clicked.connect(lambda: self.use_target_only.emit())
+
+    def add_to(self, column: QVBoxLayout) -> None:
         brow = QHBoxLayout()
         brow.addWidget(self.load_btn)
         brow.addWidget(self.load_target_btn)
         brow.addStretch(1)
-        lv = QVBoxLayout(self)
-        lv.setContentsMargins(0, 0, 0, 0)
-        lv.addWidget(self.pair_title)
-        lv.addWidget(self.pair_hint)
-        lv.addWidget(self.pair_tree, 3)
-        lv.addWidget(self.details, 1)
-        lv.addLayout(brow)
+        column.addWidget(self.pair_title)
+        column.addWidget(self.pair_hint)
+        column.addWidget(self.pair_tree, 3)
+        column.addWidget(self.details, 1)
+        column.addLayout(brow)
 
     def apply_colors(self, c: Colors) -> None:
         self.colors = c

@@ -109,7 +109,7 @@ class ModelsView(View):
         row.addStretch(1)
         row.addWidget(self.list_status)
 
-        self.pairing = PairingPanel(self.bg, self.settings, self.colors, self._entry)
+        self.pairing = PairingPanel(self.bg, self.settings, self.colors, self._entry, self)
         self.pairing.shown.connect(self.pairing_shown.emit)
         self.pairing.selection_changed.connect(self._update_buttons)
         self.pairing.use_selected.connect(self._use_selected_pair)
@@ -125,7 +125,7 @@ class ModelsView(View):
         lv.addWidget(self.table, 3)
         lv.addLayout(row)
         lv.addSpacing(6)
-        lv.addWidget(self.pairing, 4)
+        self.pairing.add_to(lv)
 
         self.hub = right = HubPanel(self.bg, self.banner)
         right.download_requested.connect(lambda: self.download_selected())

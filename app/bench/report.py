@@ -139,7 +139,7 @@ def markdown(report: BenchReport) -> str:
                 f"{_f(p['speedup'], '.2f', 'x')} | {p['verdict']} |"
             )
         lines.append("")
-    lines += ["## Goals (issue 5)", "",
+    lines += ["## Goals", "",
               "Measured = median over tasks and temperatures of the speedups above. "
               "Load-matched = median ratio over the repeats whose two runs met the same "
               "background load (diagnostic for busy machines).", "",

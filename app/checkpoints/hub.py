@@ -527,7 +527,7 @@ def download(
     cache.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(cache).free
     if need + DISK_MARGIN > free and need > 0:
-        from app.checkpoints.memory import format_bytes
+        from app.checkpoints.memory_estimate import format_bytes
 
         raise HubError(
             f"Not enough free disk space: {repo_id} needs {format_bytes(need)} more, "

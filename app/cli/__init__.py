@@ -22,7 +22,6 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "demo": ("app.cli.demo", True),
 }
 
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 

@@ -130,7 +130,7 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _progress_printer():
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     is_tty = sys.stderr.isatty()
     last = {"line": ""}
@@ -157,7 +157,7 @@ def run_pull(args: argparse.Namespace) -> int:
     import logging
 
     from app.checkpoints.hub import HubError, download, repo_info
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries: our message says it
     try:
@@ -202,7 +202,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
     from app.checkpoints.store import SOURCE_IMPORTED, StoreError
     from app.cli import EXIT_USAGE, CliError
 

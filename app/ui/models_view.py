@@ -153,7 +153,7 @@ class ModelsView(View):
         context = self.settings.context_length
 
         def work() -> tuple[list[Any], dict[str, Any]]:
-            from app.checkpoints.memory import estimate_memory, memory_budget
+            from app.checkpoints.memory_estimate import estimate_memory, memory_budget
 
             entries = store.list()
             budget = memory_budget()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from app.checkpoints.inspect import KIND_DFLASH, CheckpointInfo
-from app.checkpoints.memory import Budget, estimate_memory
+from app.checkpoints.memory_estimate import Budget, estimate_memory
 from app.checkpoints.pairing.checkpoint import (
     as_info,
     model_findings,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.checkpoints.memory import MemoryEstimate, format_bytes
+from app.checkpoints.memory_estimate import MemoryEstimate, format_bytes
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.checkpoints.memory import MemoryEstimate
+from app.checkpoints.memory_estimate import MemoryEstimate
 
 BLOCKER, WARNING, NOTE = "blocker", "warning", "note"
 VERDICT_WORKS = "works"

@@ -13,7 +13,7 @@ from app.checkpoints.inspect import (
     CheckpointInfo,
     inspect_checkpoint,
 )
-from app.checkpoints.memory import Budget, memory_budget
+from app.checkpoints.memory_estimate import Budget, memory_budget
 from app.checkpoints.pairing.checker import check
 from app.checkpoints.pairing.checkpoint import as_info
 from app.checkpoints.pairing.report import (

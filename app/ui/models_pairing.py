@@ -150,25 +150,15 @@ class PairingPanel(QObject):
             top.setFlags(top.flags() & ~Qt.ItemFlag.ItemIsSelectable)
             self.pair_tree.addTopLevelItem(top)
         for sug in s.ranked:
-            it = QTreeWidgetItem([f"✔ {sug.name}", sug.reason])
-            it.setForeground(0, QBrush(QColor(c.ok)))
-            it.setData(0, ROLE_ENTRY, ("draft", sug))
-            it.setToolTip(1, sug.reason)
-            good.addChild(it)
+            good.addChild(_row(f"✔ {sug.name}", sug.reason, ("draft", sug), c.ok))
         if not s.ranked:
             it = QTreeWidgetItem(["–", "None found locally: see Excluded, or download a small model of the same family."])
             it.setFlags(it.flags() & ~Qt.ItemFlag.ItemIsSelectable)
             good.addChild(it)
         for sug in s.no_model_options:
-            it = QTreeWidgetItem([f"• {sug.name}", sug.reason])
-            it.setData(0, ROLE_ENTRY, ("option", sug))
-            opts.addChild(it)
+            opts.addChild(_row(f"• {sug.name}", sug.reason, ("option", sug), None))
         for ex in s.excluded:
-            it = QTreeWidgetItem([f"✘ {ex.name}", ex.reason])
-            it.setForeground(0, QBrush(QColor(c.bad)))
-            it.setData(0, ROLE_ENTRY, ("excluded", ex))
-            it.setToolTip(1, ex.reason)
-            bad.addChild(it)
+            bad.addChild(_row(f"✘ {ex.name}", ex.reason, ("excluded", ex), c.bad))
         self.pair_tree.expandAll()
         if keep_key is not None:  # a re-render (theme change) keeps the selection
             for top in (good, opts, bad):
@@ -233,6 +223,16 @@ class PairingPanel(QObject):
             self.details.append(f"The detailed check failed: {html.escape(message)}")
 
         self.bg.run(work, done, failed)
+
+
+def _row(name: str, reason: str, data: tuple[str, Any], color: str | None) -> QTreeWidgetItem:
+    """A selectable tree row: name (coloured), the one-sentence reason; ``data`` behind it."""
+    it = QTreeWidgetItem([name, reason])
+    if color is not None:
+        it.setForeground(0, QBrush(QColor(color)))
+        it.setToolTip(1, reason)
+    it.setData(0, ROLE_ENTRY, data)
+    return it
 
 
 def report_html(report: Any, c: Colors) -> str:

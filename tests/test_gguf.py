@@ -223,7 +223,7 @@ def test_unsupported_and_damaged_files_are_plain_errors(tmp_path, store):
 def test_gguf_import_pairs_like_any_checkpoint(tmp_path, store):
     from app.checkpoints.gguf_import import import_gguf
     from app.checkpoints.inspect import inspect_checkpoint
-    from app.checkpoints.memory import estimate_memory
+    from app.checkpoints.memory_estimate import estimate_memory
     from app.checkpoints.pairing import VERDICT_FAILS, check
     from app.checkpoints.safetensors_header import summarize_weights
 

@@ -92,15 +92,6 @@ def _fail(exc: Exception):
     return CliError(user_message(exc))
 
 
-def _fmt_params(n: int | None) -> str:
-    if not n:
-        return "?"
-    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= div:
-            return f"{n / div:.1f}{unit}"
-    return str(n)
-
-
 def _found(entries) -> list[tuple]:
     """(FoundModel, name it was imported as or None) for every GGUF found outside the store."""
     from app.checkpoints.discovery import discover
@@ -116,7 +107,7 @@ def _found(entries) -> list[tuple]:
 
 
 def _print_found(found: list[tuple], verbose: bool) -> None:
-    from app.checkpoints.memory import format_bytes
+    from app.units import format_bytes
 
     print()
     print("Found elsewhere (GGUF; `draftpair models import ID` converts one, the file stays put):")
@@ -142,7 +133,7 @@ def _print_found(found: list[tuple], verbose: bool) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.units import format_bytes, format_params
 
     entries = _store().list()
     found = _found(entries)
@@ -171,7 +162,7 @@ def run_list(args: argparse.Namespace) -> int:
             e.name,
             e.kind_label,
             format_bytes(e.size_bytes),
-            _fmt_params(e.param_count),
+            format_params(e.param_count),
             e.quantization or e.dtype or "?",
             str(e.vocab_size or "?"),
             str(e.context_length or "?"),
@@ -229,7 +220,7 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _progress_printer():
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     is_tty = sys.stderr.isatty()
     last = {"line": ""}
@@ -256,7 +247,7 @@ def run_pull(args: argparse.Namespace) -> int:
     import logging
 
     from app.checkpoints.hub import HubError, download, repo_info
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries: our message says it
     try:
@@ -391,7 +382,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
     from app.checkpoints.store import SOURCE_IMPORTED, StoreError
     from app.cli import EXIT_USAGE, CliError
 

@@ -122,3 +122,43 @@ def test_draft_picker_offers_only_working_pairs_with_reasons(qtbot, tmp_path, ti
     pl = next(o for o in picker.options if o.kind == "prompt-lookup")
     assert not pl.enabled and pl.reason == "it is switched off for this test"
     assert picker.current().kind == "none"  # a kind that cannot run is never selected
+
+
+def test_chat_sidebar_picks_the_draft_and_the_bar_follows_the_kind(qtbot, tmp_path, tiny_models):
+    from app.checkpoints.store import Store
+    from app.ui.chat_store import ChatStore
+    from app.ui.main_window import AppContext, MainWindow
+    from app.ui.settings import Settings, SettingsStore
+
+    store = Store(data_dir=tmp_path / "data", hf_cache=tmp_path / "hf")
+    store.import_folder(tiny_models.draft, name="good-draft")
+    store.import_folder(tiny_models.permuted_draft, name="other-tokenizer")
+    settings = Settings(target=str(tiny_models.target), draft="", draft_kind="prompt-lookup")
+    ctx = AppContext(SettingsStore(tmp_path / "settings.json"), settings,
+                     ChatStore(tmp_path / "chat.sqlite3"), checkpoint_store=store,
+                     autoload=False)  # fmt: skip
+    w = MainWindow(ctx)
+    qtbot.addWidget(w)
+    w.show()
+    section = w.chat.draft_section
+    try:
+        with qtbot.waitSignal(section.options_shown, timeout=60_000,
+                              check_params_cb=lambda: section.suggestions is not None):  # fmt: skip
+            w.load_pair(str(tiny_models.target), "")
+        titles = [o.title for o in section.picker.options]
+        assert any(t.startswith("good-draft") for t in titles)
+        assert not any("other-tokenizer" in t for t in titles)
+        assert section.picker.current().kind == "prompt-lookup"
+        assert "draft" not in w.chat.model_label.text()
+        good = next(i for i, o in enumerate(section.picker.options) if o.title.startswith("good"))
+        with qtbot.waitSignal(w.client.model_state, timeout=60_000):
+            section.picker.setCurrentIndex(good)  # loads target + this draft
+        qtbot.waitUntil(lambda: "+ draft" in w.chat.model_label.text(), timeout=5_000)
+        assert w.chat.spec_combo.kind() == "full-model" and settings.draft_kind == "full-model"
+        assert section.reason.text() == section.picker.options[good].reason
+        w.chat.spec_combo.set_kind("prompt-lookup")  # the bar drops the draft it no longer uses
+        assert "+ draft" not in w.chat.model_label.text()
+        assert section.picker.current().kind == "prompt-lookup"
+    finally:
+        w.close()
+        ctx.chat_store.close()

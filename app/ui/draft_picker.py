@@ -27,6 +27,12 @@ MODEL_KINDS = ("full-model", "dflash")  # kinds that run a separate draft checkp
 ROLE_OPTION = Qt.ItemDataRole.UserRole
 
 
+def _norm(path: Any) -> str:
+    from pathlib import Path
+
+    return str(Path(path).expanduser().resolve()) if path else ""
+
+
 def uses_draft_model(kind: str) -> bool:
     return kind in MODEL_KINDS
 
@@ -55,7 +61,7 @@ def options_from(suggestions: Any | None, kinds: dict[str, str | None]) -> list[
             continue
         blocked = kinds.get(s.kind) if s.kind != "full-model" else None
         label = f"{s.name} ({KIND_LABELS.get(s.kind, s.kind)})"
-        out.append(DraftOption(s.kind, str(s.path), label, blocked or s.reason,
+        out.append(DraftOption(s.kind, _norm(s.path), label, blocked or s.reason,
                                enabled=blocked is None))  # fmt: skip
     return out
 
@@ -96,6 +102,7 @@ class DraftPicker(QComboBox):
         self._sync_tooltip()
 
     def select(self, kind: str, path: str = "") -> bool:
+        path = _norm(path)
         for i, o in enumerate(self.options):
             if o.kind == kind and (not uses_draft_model(kind) or o.path == path) and o.enabled:
                 self.setCurrentIndex(i)

@@ -162,3 +162,40 @@ def test_chat_sidebar_picks_the_draft_and_the_bar_follows_the_kind(qtbot, tmp_pa
     finally:
         w.close()
         ctx.chat_store.close()
+
+
+def test_models_view_imports_a_found_gguf_and_lists_it(qtbot, tmp_path, home, ggufs):  # noqa: F811
+    from app.checkpoints.store import Store
+    from app.ui.chat_store import ChatStore
+    from app.ui.main_window import AppContext, MainWindow
+    from app.ui.settings import Settings, SettingsStore
+
+    build_library(home, ggufs)
+    store = Store(data_dir=tmp_path / "data", hf_cache=home / ".cache" / "huggingface" / "hub")
+    ctx = AppContext(SettingsStore(tmp_path / "settings.json"), Settings(),
+                     ChatStore(tmp_path / "chat.sqlite3"), checkpoint_store=store,
+                     autoload=False)  # fmt: skip
+    w = MainWindow(ctx)
+    qtbot.addWidget(w)
+    w.show()
+    models = w.models
+    try:
+        w.show_view("Models")
+        qtbot.waitUntil(lambda: len(models.found.found) == 6, timeout=30_000)
+        models.found.tree.setCurrentItem(_row(models.found, "someone/Tiny-GGUF/Tiny-Chat-Q8_0"))
+        with qtbot.waitSignal(models.listed, timeout=IMPORT_TIMEOUT):  # listed again after
+            with qtbot.waitSignal(models.found.imported, timeout=IMPORT_TIMEOUT):
+                models.found.import_selected()
+        assert models.selected_name() == "Tiny-Chat-Q8_0"
+        row = next(
+            r
+            for r in range(models.table.rowCount())
+            if models.table.item(r, 0).data(Qt.ItemDataRole.UserRole) == "Tiny-Chat-Q8_0"
+        )
+        assert models.table.item(row, 5).text() == "GGUF · LM Studio"
+        assert models.table.item(row, 1).text() == "chat model"
+        qtbot.waitUntil(lambda: _row(models.found, "someone/Tiny-GGUF/Tiny-Chat-Q8_0").text(5)
+                        == "imported as Tiny-Chat-Q8_0", timeout=30_000)  # fmt: skip
+    finally:
+        w.close()
+        ctx.chat_store.close()

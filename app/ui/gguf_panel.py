@@ -52,6 +52,12 @@ def _is_gguf_url(url: Any) -> bool:
     return url.isLocalFile() and url.toLocalFile().lower().endswith(".gguf")
 
 
+def is_gguf_drop(event: Any) -> bool:
+    """A drag that carries only local .gguf files."""
+    urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+    return bool(urls) and all(_is_gguf_url(u) for u in urls)
+
+
 class FoundModelsPanel(QWidget):
     imported = Signal(str)  # store name of the new checkpoint
     import_failed = Signal(str)  # plain message
@@ -285,8 +291,7 @@ class FoundModelsPanel(QWidget):
 
     # -- drag and drop -----------------------------------------------------------------------
     def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt API
-        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
-        if urls and all(_is_gguf_url(u) for u in urls) and self.proc is None:
+        if is_gguf_drop(event) and self.proc is None:
             event.acceptProposedAction()
         else:
             event.ignore()

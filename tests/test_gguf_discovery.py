@@ -158,6 +158,9 @@ def test_cli_lists_and_imports_found_models_in_place(home, ggufs, capsys):
     assert main(["models", "import", "ollama:tiny:latest", "--precision", "float32"]) == 0
     out = capsys.readouterr().out
     assert "Imported tiny-latest (chat model)" in out and "not copied" in out
+    assert main(["models", "list"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("tiny-latest"))
+    assert line.endswith("gguf (Ollama)")
     entry = Store().get("tiny-latest")
     rec = converted_from(entry.path)
     assert rec["source_files"] == [str(made["blob"])] and rec["found_in"] == "Ollama"

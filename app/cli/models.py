@@ -167,7 +167,7 @@ def run_list(args: argparse.Namespace) -> int:
             str(e.vocab_size or "?"),
             str(e.context_length or "?"),
             "yes" if e.has_chat_template else "no",
-            e.source,
+            _source_label(e),
         ))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
@@ -184,6 +184,15 @@ def run_list(args: argparse.Namespace) -> int:
     if found:
         _print_found(found, args.verbose)
     return 0
+
+
+def _source_label(entry) -> str:
+    from app.checkpoints.gguf_import import converted_from
+
+    rec = converted_from(entry.path)
+    if not rec:
+        return entry.source
+    return f"gguf ({rec['found_in']})" if rec.get("found_in") else "gguf file"
 
 
 def _gguf_source(path) -> str | None:

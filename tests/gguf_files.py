@@ -72,7 +72,7 @@ def tokenizer_metadata(vocab_size: int = 320):
 
 
 def _random_kquant(rows: int, cols: int, qtype, rng) -> np.ndarray:
-    """Random but valid K-quant blocks (gguf has no K-quant quantizer), small scales."""
+    """Random but valid K-quant / IQ4_NL blocks (gguf has no quantizer for them), small scales."""
     from gguf import GGML_QUANT_SIZES
 
     block, nbytes = GGML_QUANT_SIZES[qtype]
@@ -192,7 +192,7 @@ def write_gguf(
             stored = _llamacpp_permute(w, n_head, n_head if kind == "attn_q" else n_kv)
         if arch.startswith("gemma") and gguf_name.endswith("norm.weight"):
             stored = stored + 1.0
-        if qname.endswith("_K"):
+        if qname.endswith("_K") or qname.startswith("IQ"):
             assert kind not in ("attn_q", "attn_k"), "K-quant reference is in GGUF row order"
             raw = _random_kquant(int(np.prod(w.shape[:-1])), w.shape[-1], qtype, rng)
             raw = raw.reshape(*w.shape[:-1], -1)

@@ -29,11 +29,11 @@ ALL_LEGACY = {  # every quant type gguf can write, plus a K-quant from random va
 CASES = {
     "llama": ALL_LEGACY,
     "qwen2": {"ffn_down": "Q6_K", "attn_q": "Q8_0"},
-    "qwen3": {"attn_q": "Q8_0", "ffn_down": "Q5_K", "token_embd": "F16"},
+    "qwen3": {"attn_q": "Q8_0", "ffn_down": "Q5_K", "token_embd": "F16", "attn_v": "IQ4_NL"},
     "qwen3moe": {"ffn_gate_exps": "Q8_0", "ffn_up_exps": "Q4_0", "ffn_down_exps": "F16"},
-    "gemma2": {"attn_v": "Q8_0"},
+    "gemma2": {"attn_v": "Q8_0", "ffn_down": "Q2_K"},
     "gemma3": {"ffn_up": "Q4_0", "attn_q": "Q8_0"},
-    "phi3": {"attn_qkv": "Q8_0", "ffn_up": "Q4_1"},
+    "phi3": {"attn_qkv": "Q8_0", "ffn_up": "Q4_1", "ffn_down": "Q3_K"},
 }
 
 

@@ -175,6 +175,12 @@ def write_gguf(
                 factors.append(1 / ((1 - smooth) / rope["factor"] + smooth))
         writer.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
 
+    if rope.get("type") == "longrope":  # Phi-3 128k: llama.cpp writes the factors as tensors
+        writer.add_rope_scaling_orig_ctx_len(config["original_max_position_embeddings"])
+        for which in ("long", "short"):
+            writer.add_tensor(f"rope_factors_{which}.weight",
+                              np.array(rope[f"{which}_factor"], dtype=np.float32))  # fmt: skip
+
     reference: dict[str, np.ndarray] = {}
     for mlx_name, value in params.items():
         if mlx_name == "lm_head.weight" and arch.startswith("gemma"):

@@ -290,3 +290,22 @@ def test_sentencepiece_tokenizer_from_metadata(tmp_path):
     assert [tokens[i] for i in ids] == ["<s>", "\u2581hello", "\u2581the", "\u2581cat", "<0x21>"]
     assert tok.decode(ids, skip_special_tokens=True) == "hello the cat!"
     assert tok.eos_token == "</s>" and tok.chat_template.startswith("{% for m in messages %}")
+
+
+def test_phi3_long_rope_factors_become_rope_scaling(tmp_path, store):
+    from app.checkpoints.gguf_import import import_gguf
+
+    half = 8  # head_dim 16 / 2
+    rope = {"type": "longrope", "long_factor": [1.0 + 0.5 * i for i in range(half)],
+            "short_factor": [1.0 + 0.1 * i for i in range(half)]}  # fmt: skip
+    files, config, ref = write_gguf(tmp_path / "phi.gguf", arch="phi3", config_overrides={
+        "rope_scaling": rope, "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 512})  # fmt: skip
+    entry = import_gguf(files[0], store=store, precision="float32")
+    cfg = json.loads((entry.path / "config.json").read_text())
+    assert cfg["rope_scaling"]["type"] == "longrope"
+    assert cfg["rope_scaling"]["long_factor"] == rope["long_factor"]
+    assert cfg["original_max_position_embeddings"] == 512
+    ids = list(range(1, 300, 3))
+    got = model_logits(_load(entry.path), ids)
+    assert np.abs(got - reference_logits(config, ref, ids)).max() <= FLOAT_TOL

@@ -3,6 +3,7 @@ imports through the `draftpair models import` child process, cancel, drag and dr
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -17,10 +18,19 @@ from tests.test_gguf_discovery import build_library, ggufs, home  # noqa: F401 -
 IMPORT_TIMEOUT = 120_000
 
 
+@pytest.fixture(autouse=True)
+def _collect_on_the_gui_thread():
+    """Qt wrappers left in reference cycles are freed here, on the GUI thread, not later by
+    a garbage collection that happens to run on the engine thread."""
+    yield
+    gc.collect()
+
+
 @pytest.fixture
 def panel(qtbot, home):  # noqa: F811 - fixture from the discovery tests
     bg = Background()
     p = FoundModelsPanel(bg)
+    bg.setParent(p)
     qtbot.addWidget(p)
     yield p
     p.shutdown()

@@ -210,7 +210,7 @@ class FoundModelsPanel(QWidget):
         proc.setProcessEnvironment(env)
         if not getattr(sys, "frozen", False):
             proc.setWorkingDirectory(str(Path(__file__).resolve().parents[2]))
-        proc.readyReadStandardError.connect(lambda: self._read_stderr(proc))
+        proc.readyReadStandardError.connect(self._on_ready_read)  # bound: no reference cycle
         proc.finished.connect(self._on_finished)
         self.proc = proc
         self._stderr_tail = ""
@@ -220,6 +220,10 @@ class FoundModelsPanel(QWidget):
         self._set_busy(True)
         proc.start(cmd[0], cmd[1:])
         return True
+
+    def _on_ready_read(self) -> None:
+        if self.proc is not None:
+            self._read_stderr(self.proc)
 
     def _read_stderr(self, proc: QProcess, final: bool = False) -> None:
         self._stderr_tail += bytes(proc.readAllStandardError()).decode("utf-8", "replace")

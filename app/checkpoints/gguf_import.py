@@ -19,7 +19,8 @@ F16/BF16/F32) to float32; on the CPU the checkpoint stays float32 (MLX's fastest
 Metal the matrices are re-quantized to MLX affine quantization in groups of 32, never with
 fewer bits than the file had (4-bit for Q4/Q3/Q2/IQ types, 5 for Q5, 6 for Q6_K, 8 for Q8_0
 and float tensors); Q4_0, Q4_1, Q4_K and Q8_0 blocks are carried over as they are (the same
-integers, their scales in 16 bits), without a second rounding. Tensors go one at a time, so memory stays near one output shard.
+integers, their scales in 16 bits), without a second rounding. Tensors go one at a time, so
+memory stays near one output shard.
 """
 
 from __future__ import annotations

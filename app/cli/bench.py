@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-KIND_CHOICES = ("none", "prompt-lookup", "full-model", "mtp", "dflash")
+from app.engine.registry import KINDS as KIND_CHOICES
 
 
 def _width_arg(text: str) -> tuple[str, int]:

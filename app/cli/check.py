@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from app.engine.registry import KINDS as KIND_CHOICES
+
 EXIT_WILL_NOT_WORK = 3
-KIND_CHOICES = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine import sampling as sm
+from app.engine import taps
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
     RULE_NONE,
@@ -34,6 +35,7 @@ from app.engine.events import (
 from app.engine.memory import MemorySampler
 from app.engine.models import LoadedModel, make_cache, trim
 from app.engine.stopping import StopMatcher
+from app.engine.taps import Hidden
 from app.engine.verify import verify
 
 PREFILL_STEP = 2048
@@ -77,11 +79,14 @@ class RoundLoop:
         self.finish_reason: str | None = None
         self._round_ms = (0.0, 0.0, 0.0)
         self.eos_emitted = False
+        self.taps = drafter.taps if drafter is not None else None
+        self.hidden: Hidden | None = None  # rows of the last step, for the drafter
 
     # -- target passes ---------------------------------------------------------------
-    def _forward(self, tokens: mx.array) -> mx.array:
-        """Raw logits ``(n, V)`` for ``tokens`` (appended to the target cache)."""
-        return self.target.model(tokens[None], cache=self.cache)[0]
+    def _forward(self, tokens: mx.array) -> tuple[mx.array, Hidden | None]:
+        """Raw logits ``(n, V)`` for ``tokens`` (appended to the target cache), plus the
+        hidden rows the drafter reads (None when it reads none)."""
+        return taps.forward(self.target.model, tokens, self.cache, self.taps)
 
     def _history(self) -> mx.array | None:
         if not self.processors:
@@ -93,8 +98,10 @@ class RoundLoop:
         body = self.prompt
         drafter_arrays = self.drafter.begin(self.prompt, self.sampling) if self.drafter else []
         for start in range(0, len(body), PREFILL_STEP):
-            chunk = mx.array(body[start : start + PREFILL_STEP], dtype=mx.uint32)
-            logits = self._forward(chunk)
+            part = body[start : start + PREFILL_STEP]
+            logits, hidden = self._forward(mx.array(part, dtype=mx.uint32))
+            if self.drafter is not None:
+                self.drafter.prefill(part, hidden)
             if start + PREFILL_STEP < len(body):
                 mx.eval([c.state for c in self.cache])
         self.carry = logits[-1:]
@@ -102,17 +109,23 @@ class RoundLoop:
 
     # -- one step ----------------------------------------------------------------------
     def _plain_step(self) -> list[int]:
+        parts: list[Hidden | None] = []
         if self.pending:
-            self.carry = self._forward(mx.array(self.pending, dtype=mx.uint32))[-1:]
+            logits, hidden = self._forward(mx.array(self.pending, dtype=mx.uint32))
+            self.carry = logits[-1:]
+            parts.append(hidden)
             self.pending = []
         rows = sm.process_rows(self.carry, self._history(), [], self.processors)
         tok = sm.sample(rows, self.sampling)
         # queue the next target step before syncing (mlx-lm's pipelining)
-        next_carry = self._forward(tok.astype(mx.uint32))[-1:]
+        logits, hidden = self._forward(tok.astype(mx.uint32))
+        next_carry = logits[-1:]
+        parts.append(hidden)
         mx.async_eval(tok, next_carry)
         t = int(tok.item())
         self.carry = next_carry
         self.verify_passes += 1
+        self.hidden = Hidden.concat(parts) if self.taps is not None else None
         return [t]
 
     def _spec_round(self, proposal: Proposal) -> tuple[list[int], int]:
@@ -125,7 +138,7 @@ class RoundLoop:
         inputs = proposal.tokens.astype(mx.uint32)
         if n_pending:
             inputs = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), inputs])
-        logits = self._forward(inputs)
+        logits, hidden = self._forward(inputs)
         if n_pending:
             rows = logits[n_pending - 1 :]
         else:
@@ -137,6 +150,8 @@ class RoundLoop:
         t_roll = time.perf_counter()
         n = verdict.accepted
         trim(self.cache, k - n)
+        # rows of what the pass fed and kept: pending + accepted proposals
+        self.hidden = hidden.rows(0, n_pending + n) if hidden is not None else None
         self.pending = [verdict.token]
         self.carry = None
         self.rollback_ms += (time.perf_counter() - t_roll) * 1e3
@@ -196,7 +211,8 @@ class RoundLoop:
                     ttft_ms = (time.perf_counter() - t_start) * 1e3
                 t_obs = time.perf_counter()
                 if self.drafter is not None and self.finish_reason is None:
-                    self.drafter.observe(self.committed, proposal, accepted, new_tokens)
+                    self.drafter.observe(self.committed, proposal, accepted, new_tokens,
+                                         self.hidden)
                 self.rollback_ms += (time.perf_counter() - t_obs) * 1e3
                 if proposal is not None:
                     d_ms, v_ms, r_ms = self._round_ms

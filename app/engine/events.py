@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-DRAFT_KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+from app.engine.registry import KINDS as DRAFT_KINDS  # noqa: F401 - one list of kinds
 
 # Acceptance rules (DESIGN.md "Acceptance rules"); reported in timings.acceptance_rule.
 RULE_NONE = "none"  # plain decoding

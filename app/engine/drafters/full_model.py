@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
@@ -27,6 +27,10 @@ from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
 from app.engine.models import LoadedModel, dequantized_weight, make_cache, trim
+from app.engine.taps import Hidden
+
+if TYPE_CHECKING:
+    from app.engine.registry import DrafterContext
 
 
 class DraftHead:
@@ -164,7 +168,6 @@ CONFIDENCE_STOP = 0.6
 
 class FullModelDrafter(Drafter):
     kind = "full-model"
-    default_width = 4
 
     def __init__(
         self,
@@ -264,7 +267,7 @@ class FullModelDrafter(Drafter):
         proposal: Proposal | None,
         accepted: int,
         new_tokens: list[int],
-        hidden: Any = None,
+        hidden: Hidden | None = None,
     ) -> None:
         if proposal is None:
             self.pending = self.pending + list(new_tokens)
@@ -301,3 +304,17 @@ class FullModelDrafter(Drafter):
             "adaptive": self.adaptive,
             "alpha": round(self.policy.alpha, 3),
         }
+
+
+def make(ctx: DrafterContext) -> FullModelDrafter:
+    from app.engine.registry import spec
+
+    assert ctx.draft is not None
+    req = ctx.request
+    return FullModelDrafter(ctx.draft, target_vocab=ctx.target.vocab_size,
+                            adaptive=req.adaptive,
+                            max_width=req.draft_width or spec("full-model").default_width)
+
+
+def unavailable(ctx: DrafterContext) -> str | None:
+    return None if ctx.draft is not None else "no draft model is loaded"

@@ -417,7 +417,8 @@ def test_full_model_without_draft_falls_back_loudly(pair_dirs):
     assert strict[-1].finish_reason == "error" and "draft" in strict[-1].error
 
 
-def test_non_trimmable_cache_refuses_speculation(tmp_path):
+def test_recurrent_target_speculates_exactly(tmp_path):
+    """A Mamba target (recurrent state, no trim) used to fall back; it now rewinds exactly."""
     from mlx_lm.models import mamba
     from mlx_lm.utils import save_config, save_model
 
@@ -432,13 +433,11 @@ def test_non_trimmable_cache_refuses_speculation(tmp_path):
     save_config(cfg, config_path=tmp_path / "config.json")
     s = Session()
     s.load_target(tmp_path)
-    done, events = run(s, prompt="Hello", max_tokens=6, draft_kind="prompt-lookup")
-    assert done.timings.fallback and "rewind" in done.timings.fallback
-    assert any(isinstance(e, NoticeEvent) for e in events)
-    strict = list(s.generate(GenerationRequest(prompt="Hello", chat=False, max_tokens=4,
-                                               draft_kind="prompt-lookup",
-                                               allow_fallback=False)))
-    assert strict[-1].finish_reason == "error" and "rewind" in strict[-1].error
+    plain, _ = run(s, prompt="Hello Hello Hello", max_tokens=12)
+    done, events = run(s, prompt="Hello Hello Hello", max_tokens=12, draft_kind="prompt-lookup",
+                       allow_fallback=False)
+    assert done.timings.fallback is None and not any(isinstance(e, NoticeEvent) for e in events)
+    assert done.token_ids == plain.token_ids and done.timings.draft_n > 0
 
 
 def test_incompatible_draft_is_refused(pair_dirs, tmp_path):

@@ -18,7 +18,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine import sampling as sm
-from app.engine import taps
+from app.engine import rollback, taps
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
     RULE_NONE,
@@ -33,7 +33,7 @@ from app.engine.events import (
     TokenEvent,
 )
 from app.engine.memory import MemorySampler
-from app.engine.models import LoadedModel, make_cache, trim
+from app.engine.models import LoadedModel, make_cache
 from app.engine.stopping import StopMatcher
 from app.engine.taps import Hidden
 from app.engine.verify import verify
@@ -80,6 +80,7 @@ class RoundLoop:
         self._round_ms = (0.0, 0.0, 0.0)
         self.eos_emitted = False
         self.taps = drafter.taps if drafter is not None else None
+        self.rollback = rollback.for_target(target)
         self.hidden: Hidden | None = None  # rows of the last step, for the drafter
 
     # -- target passes ---------------------------------------------------------------
@@ -103,7 +104,7 @@ class RoundLoop:
             if self.drafter is not None:
                 self.drafter.prefill(part, hidden)
             if start + PREFILL_STEP < len(body):
-                mx.eval([c.state for c in self.cache])
+                mx.eval(rollback.cache_arrays(self.cache))
         self.carry = logits[-1:]
         mx.eval(self.carry, *drafter_arrays)
 
@@ -138,7 +139,8 @@ class RoundLoop:
         inputs = proposal.tokens.astype(mx.uint32)
         if n_pending:
             inputs = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), inputs])
-        logits, hidden = self._forward(inputs)
+        with self.rollback.verifying(self.cache):
+            logits, hidden = self._forward(inputs)
         if n_pending:
             rows = logits[n_pending - 1 :]
         else:
@@ -149,7 +151,7 @@ class RoundLoop:
         self.verify_passes += 1
         t_roll = time.perf_counter()
         n = verdict.accepted
-        trim(self.cache, k - n)
+        self.rollback.rewind(self.cache, inputs, keep=n_pending + n)
         # rows of what the pass fed and kept: pending + accepted proposals
         self.hidden = hidden.rows(0, n_pending + n) if hidden is not None else None
         self.pending = [verdict.token]

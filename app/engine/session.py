@@ -24,7 +24,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from app.engine import registry
+from app.engine import registry, rollback
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
@@ -36,7 +36,7 @@ from app.engine.events import (
     StatusEvent,
     Timings,
 )
-from app.engine.models import LoadedModel, load_model, make_cache, rollback_problem
+from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.registry import DrafterContext
 from app.errors import DraftPairError, ModelLoadError, user_message
 
@@ -54,6 +54,7 @@ class Session:
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
         self.unload()
         self.target = load_model(name_or_path, precision=self.precision)
+        rollback.for_target(self.target)  # the rewind strategy is chosen at load
         return self.target
 
     def load_draft(self, name_or_path: str | Path) -> Any:
@@ -156,10 +157,8 @@ class Session:
         ctx = self.context(req)
         reason = registry.unavailable(kind, ctx) if kind != "none" else None
         width = req.draft_width or registry.spec(kind).default_width
-        cache = make_cache(self.target)  # checked here, then used by the loop
         if reason is None and kind != "none":
-            needed = len(prompt) + req.max_tokens + width + 1
-            problem = rollback_problem(cache, needed)
+            problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
         if reason is not None:
@@ -189,7 +188,6 @@ class Session:
             width=width,
             cancel=cancel,
             fallback=fallback,
-            cache=cache,
         )
         yield from loop.run()
 
@@ -198,17 +196,19 @@ class Session:
         measure what a wider verify and a draft step cost relative to one target step."""
         assert self.target is not None
         started = time.perf_counter()
+        rb = rollback.for_target(self.target)
         cache = make_cache(self.target)
         mx.eval(self.target.model(mx.zeros((1, 8), mx.uint32), cache=cache))
         step_ms: dict[int, float] = {}
         for n in [*range(1, width + 2), 1, width + 1]:
+            tokens = mx.zeros((n,), mx.uint32)
             t0 = time.perf_counter()
-            out = self.target.model(mx.zeros((1, n), mx.uint32), cache=cache)
+            with rb.verifying(cache):
+                out = self.target.model(tokens[None], cache=cache)
             mx.eval(out)
             ms = (time.perf_counter() - t0) * 1e3
             step_ms[n] = min(step_ms.get(n, ms), ms)
-            for c in cache:
-                c.trim(n)
+            rb.rewind(cache, tokens, keep=0)
         drafter.warmup(list(range(1, width + 1)))
         self.last_warmup_s = time.perf_counter() - started
         one = max(step_ms[1], 1e-3)

@@ -26,7 +26,8 @@ import mlx.core as mx
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
-from app.engine.models import LoadedModel, dequantized_weight, make_cache, trim
+from app.engine.models import LoadedModel, dequantized_weight, make_cache
+from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
 from app.engine.taps import Hidden
 
 if TYPE_CHECKING:
@@ -197,18 +198,21 @@ class FullModelDrafter(Drafter):
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
-        self.cache = make_cache(self.draft)
+        # sliding-window layers keep room for a round's writes, so rewinds stay exact
+        self.cache = widen_windows(make_cache(self.draft), self.policy.max_width + 2)
         self.policy = self._fresh_policy()
         body = prompt[:-1]
+        self.length = len(body)  # positions the draft cache holds
         outs: list[mx.array] = []
         for start in range(0, len(body), self.prefill_step):
             chunk = mx.array(body[start : start + self.prefill_step], dtype=mx.uint32)
             self.draft.model(chunk[None], cache=self.cache)
-            outs = [c.state for c in self.cache]
+            outs = cache_arrays(self.cache)
             if start + self.prefill_step < len(body):
                 mx.eval(outs)
         self.pending = prompt[-1:]
-        return [a for s in outs for a in (s if isinstance(s, (list, tuple)) else [s])]
+        mark_cache(self.cache, self.length)
+        return outs
 
     def _fresh_policy(self) -> WidthPolicy:
         policy = WidthPolicy(self.policy.max_width)
@@ -236,6 +240,8 @@ class FullModelDrafter(Drafter):
         qs: list[mx.array] = []
         for j in range(k):
             logits = self.head.logits(y, self.cache)
+            self.length += int(y.shape[0])
+            mark_cache(self.cache, self.length)
             if self.stochastic:
                 scaled = sm.scaled_logits(logits, self.sampling)
                 probs = mx.softmax(scaled, axis=-1)
@@ -275,7 +281,8 @@ class FullModelDrafter(Drafter):
         k = proposal.k
         self.policy.observe(k, accepted)
         keep = min(accepted, k - 1)
-        trim(self.cache, (k - 1) - keep)
+        self.length -= (k - 1) - keep
+        rewind_cache(self.cache, self.length)
         pending = []
         if accepted == k:
             pending.append(int(proposal.tokens[k - 1].item()))

@@ -1,0 +1,146 @@
+"""Exact rewind of recurrent layers (Gated DeltaNet, Mamba-2 SSM) from what a pass recorded.
+
+While a verify pass runs, two thin hooks record, per recurrent mixer and in call order:
+the full input of its causal ``conv1d`` (the ``K-1`` rows of conv state followed by the new
+rows) and the inputs of the recurrence function the model module calls
+(``gated_delta_update`` for qwen3_5 / qwen3_next, ``ssm_update`` for mamba2 / nemotron_h),
+including the state going in. Keeping ``m`` of the ``S`` fed positions then costs no
+projection: the conv state is rows ``m .. m+K-2`` of the recorded input and the recurrent
+state is the recurrence re-run over the first ``m`` steps from the recorded state.
+
+The hooks are installed once per model (an instance attribute over ``conv1d`` and a wrapper
+around the module-level function); they do nothing unless this thread is recording, so
+parameters, weights and plain decoding are untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+# recurrence function -> (state argument, arguments with a sequence axis 1)
+RECURRENCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gated_delta_update": ("state", ("q", "k", "v", "a", "b", "mask")),
+    "ssm_update": ("state", ("hidden_states", "B", "C", "dt", "mask")),
+}
+MIXER_ATTRS = ("linear_attn", "mixer")
+
+_local = threading.local()
+
+
+@dataclass
+class Recording:
+    convs: list[mx.array] = field(default_factory=list)  # full conv inputs, call order
+    calls: list[tuple[Any, inspect.BoundArguments, tuple[str, ...]]] = field(
+        default_factory=list)
+
+
+class _ConvTap:
+    """Stands in for a mixer's ``conv1d``: records the input while a recording is on."""
+
+    def __init__(self, owner: Any):
+        self.__dict__["owner"] = owner
+
+    def _conv(self) -> Any:
+        return dict.__getitem__(self.__dict__["owner"], "conv1d")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conv(), name)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        rec = getattr(_local, "rec", None)
+        if rec is not None:
+            rec.convs.append(x)
+        return self._conv()(x)
+
+
+def _wrap_function(module: Any, name: str) -> None:
+    fn = getattr(module, name)
+    if getattr(fn, "_draftpair_orig", None) is not None:
+        return
+    orig = fn
+    sig = inspect.signature(orig)
+    seq_args = RECURRENCES[name][1]
+
+    def recorded(*args, **kwargs):
+        rec = getattr(_local, "rec", None)
+        if rec is not None:
+            rec.calls.append((orig, sig.bind(*args, **kwargs), seq_args))
+        return orig(*args, **kwargs)
+
+    recorded._draftpair_orig = orig  # type: ignore[attr-defined]
+    setattr(module, name, recorded)
+
+
+def mixers(model: Any) -> list[Any] | None:
+    """The recurrent mixers in forward order, or None if a family is not covered."""
+    from app.engine.taps import stack
+
+    try:
+        _, layers, _ = stack(model)
+    except Exception:
+        return None
+    found = []
+    for layer in layers:
+        for attr in MIXER_ATTRS:
+            m = layer.get(attr) if isinstance(layer, dict) else None
+            if m is not None and isinstance(m, dict) and "conv1d" in m:
+                mod = sys.modules.get(type(m).__module__)
+                if mod is None or not any(hasattr(mod, f) for f in RECURRENCES):
+                    return None  # a recurrent mixer whose recurrence we do not know
+                found.append(m)
+    return found
+
+
+def install(model: Any, n_states: int) -> bool:
+    """Install the hooks if every recurrent cache entry maps to a covered mixer."""
+    ms = mixers(model)
+    if not ms or len(ms) != n_states:
+        return False
+    for m in ms:
+        mod = sys.modules[type(m).__module__]
+        for name in RECURRENCES:
+            if hasattr(mod, name):
+                _wrap_function(mod, name)
+        if not isinstance(m.__dict__.get("conv1d"), _ConvTap):
+            object.__setattr__(m, "conv1d", _ConvTap(m))
+    return True
+
+
+def start() -> Recording:
+    rec = Recording()
+    _local.rec = rec
+    return rec
+
+
+def stop() -> None:
+    _local.rec = None
+
+
+def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.array]:
+    """Set each ArraysCache in ``states`` (forward order) to its value after the first
+    ``keep`` of the ``fed`` recorded positions; returns the new arrays (lazy)."""
+    if len(rec.convs) != len(states) or len(rec.calls) != len(states):
+        raise RuntimeError(
+            f"recorded {len(rec.convs)} conv inputs and {len(rec.calls)} recurrences for "
+            f"{len(states)} recurrent caches")
+    out = []
+    for c, conv_in, (orig, bound, seq_args) in zip(states, rec.convs, rec.calls, strict=True):
+        k1 = conv_in.shape[1] - fed  # rows of conv state
+        c[0] = mx.contiguous(conv_in[:, keep : keep + k1])
+        state_in = bound.arguments.get("state")
+        if keep == 0:
+            c[1] = state_in
+        else:
+            args = dict(bound.arguments)
+            for name in seq_args:
+                if args.get(name) is not None:
+                    args[name] = args[name][:, :keep]
+            c[1] = orig(**args)[1]
+        out.extend(a for a in (c[0], c[1]) if a is not None)
+    return out

@@ -28,7 +28,6 @@ from app.checkpoints.inspect import (
     KIND_UNSUPPORTED,
     MTP_FAMILIES,
     CheckpointInfo,
-    cache_rollback,
     inspect_checkpoint,
 )
 from app.checkpoints.memory import (
@@ -521,40 +520,31 @@ def _rollback_findings(
 ) -> None:
     if t.config is None:
         return
-    rb = cache_rollback(t.config, context)
-    if rb.reason:
-        hard = kind in ("full-model", "prompt-lookup")
-        if rb.recurrent:
-            sev = BLOCKER if hard else WARNING
-            msg = (
-                "This target cannot undo rejected guesses, so speculative decoding cannot run on it."
-                if hard
-                else "This target cannot simply undo rejected guesses; the drafter must replay its state, which costs speed."
-            )
-            out.add("cache.not_trimmable", sev, msg, rb.reason)
-        elif rb.sliding_only:
-            out.add(
-                "cache.sliding_window",
-                BLOCKER if hard else WARNING,
-                f"This target only remembers the last {rb.sliding_window} tokens and cannot undo guesses beyond that.",
-                rb.reason,
-            )
-        elif rb.sliding_window:
-            out.add(
-                "cache.sliding_window",
-                WARNING,
-                f"Speculation will stop once the conversation passes {rb.sliding_window} tokens.",
-                rb.reason,
-            )
+    problem = rewind_problem(t.config)
+    if problem:
+        out.add(
+            "cache.not_trimmable",
+            BLOCKER if kind != "none" else WARNING,
+            "This target cannot undo rejected guesses, so speculative decoding cannot run on it.",
+            problem,
+        )
     if d is not None and d.config is not None and kind == "full-model":
-        drb = cache_rollback(d.config, context)
-        if not drb.trimmable:
+        problem = rewind_problem(d.config)
+        if problem:
             out.add(
                 "cache.draft_not_trimmable",
                 BLOCKER,
                 "The draft cannot undo rejected guesses, so it cannot be used as a draft.",
-                drb.reason,
+                problem,
             )
+
+
+def rewind_problem(config: dict) -> str | None:
+    """The engine's verdict on rewinding a checkpoint's cache after rejected drafts (sliding
+    windows and recurrent state are rewound exactly; the session gives the same verdict)."""
+    from app.engine.rewind_rules import config_problem
+
+    return config_problem(config)
 
 
 def _runtime_findings(kind: str, out: _Findings) -> None:
@@ -826,8 +816,8 @@ def _check(target, draft, kind, context, *, width, budget, start) -> PairingRepo
 def _options_note(t: CheckpointInfo, context: int, out: _Findings) -> None:
     """Target alone: say which drafting kinds it could use."""
     options = []
-    rb = cache_rollback(t.config or {}, context)
-    if rb.trimmable and not rb.sliding_only:
+    problem = rewind_problem(t.config or {})
+    if problem is None:
         options.append("prompt lookup")
         options.append("a draft model with the same tokenizer")
     if t.mtp_tensors:
@@ -837,10 +827,10 @@ def _options_note(t: CheckpointInfo, context: int, out: _Findings) -> None:
             "target.options",
             NOTE,
             "Speculative decoding can use " + ", ".join(options) + ".",
-            f"kind=none; rollback: {rb.reason or 'trimmable cache'}",
+            f"kind=none; rollback: {problem or 'exact'}",
         )
     else:
-        out.add("target.options", NOTE, "This model can only run without speculation.", rb.reason)
+        out.add("target.options", NOTE, "This model can only run without speculation.", problem)
 
 
 def _memory_findings(m: MemoryEstimate, out: _Findings) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from app.engine import sampling as sm
 from app.engine import rollback, taps
+from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
     RULE_NONE,

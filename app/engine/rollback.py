@@ -37,12 +37,10 @@ from mlx_lm.models.cache import (
 )
 
 from app.engine import recurrent
+from app.engine.rewind_rules import config_problem, reason  # noqa: F401 - one verdict
 from app.errors import DraftPairError
 
 TRIMMED = (KVCache, QuantizedKVCache, ConcatenateKVCache, ChunkedKVCache)
-
-# families whose mlx-lm cache is of a kind no strategy here can rewind (model_type -> cache)
-UNREWINDABLE_FAMILIES = {"deepseek_v41": "LayerCache"}
 
 TRIM, WINDOW, CAPTURE, REPLAY = "trim", "trim (sliding window)", "recurrent capture", "replay"
 
@@ -62,25 +60,11 @@ def cache_arrays(cache: list[Any]) -> list[mx.array]:
             if isinstance(a, mx.array)]
 
 
-def reason(type_names: list[str]) -> str:
-    return (f"the model's {', '.join(type_names)} cache cannot be rewound after a rejected "
-            "draft")
-
-
 def problem(cache: list[Any]) -> str | None:
     """Why this cache cannot be rewound (None if it can)."""
     unknown = sorted({type(c).__name__ for c in leaves(cache)
                       if not isinstance(c, (*TRIMMED, RotatingKVCache, ArraysCache))})
     return reason(unknown) if unknown else None
-
-
-def config_problem(config: dict) -> str | None:
-    """The same verdict from a checkpoint's config alone (for the pairing check)."""
-    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    for model_type in {str(config.get("model_type") or ""), str(cfg.get("model_type") or "")}:
-        if model_type in UNREWINDABLE_FAMILIES:
-            return reason([UNREWINDABLE_FAMILIES[model_type]])
-    return None
 
 
 def _trim_window(c: RotatingKVCache, n: int, fed: int) -> None:

@@ -49,10 +49,20 @@ def _configs(vocab: int, eos: int) -> dict[str, dict]:
                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                         "query_pre_attn_scalar": 16, "sliding_window": 8,
                         "sliding_window_pattern": 2, "rms_norm_eps": 1e-6},
+        "qwen3": {**base, "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 10000.0},
+        "deepseek_v3": {**base, "model_type": "deepseek_v3", "hidden_size": 64,
+                        "intermediate_size": 128, "moe_intermediate_size": 32,
+                        "num_hidden_layers": 2, "num_attention_heads": 4,
+                        "num_key_value_heads": 4, "n_shared_experts": 1, "n_routed_experts": 4,
+                        "num_experts_per_tok": 2, "kv_lora_rank": 16, "q_lora_rank": None,
+                        "qk_rope_head_dim": 8, "v_head_dim": 16, "qk_nope_head_dim": 16,
+                        "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1},
     }
 
 
-FAMILIES = ("qwen3_5", "nemotron_h", "mamba2", "mamba", "gemma3_text")
+FAMILIES = ("qwen3_5", "nemotron_h", "mamba2", "mamba", "gemma3_text", "qwen3", "deepseek_v3")
 
 
 def make_family_checkpoint(folder: Path, family: str, *, seed: int = 0,

@@ -37,6 +37,7 @@ from app.engine.models import LoadedModel, make_cache
 from app.engine.stopping import StopMatcher
 from app.engine.taps import Hidden
 from app.engine.verify import verify
+from app.engine.width import WidthPolicy
 
 PREFILL_STEP = 2048
 
@@ -54,6 +55,7 @@ class RoundLoop:
         cancel: threading.Event | None,
         fallback: str | None = None,
         cache: list | None = None,  # a fresh target cache (default: made here)
+        verify_slope: float | None = None,  # measured at warm-up, for the width policy
     ):
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -81,6 +83,11 @@ class RoundLoop:
         self.eos_emitted = False
         self.taps = drafter.taps if drafter is not None else None
         self.rollback = rollback.for_target(target)
+        self.policy: WidthPolicy | None = None
+        if drafter is not None and drafter.adaptive_width and self.width > 0:
+            self.policy = WidthPolicy(self.width, cost=drafter.cost)
+            if verify_slope is not None:
+                self.policy.set_costs(verify_slope=verify_slope)
         self.hidden: Hidden | None = None  # rows of the last step, for the drafter
 
     # -- target passes ---------------------------------------------------------------
@@ -195,13 +202,17 @@ class RoundLoop:
                 proposal = None
                 k = min(self.width, remaining - 1)
                 if self.drafter is not None and k > 0:
-                    proposal = self.drafter.propose(self.committed, k)
+                    if self.policy is not None:
+                        k = self.policy.request(k, stops_early=self.drafter.stops_early)
+                    proposal = self.drafter.propose(self.committed, k) if k > 0 else None
                     if proposal is not None and proposal.k == 0:
                         proposal = None
                 if proposal is None:
                     new_tokens, accepted = self._plain_step(), 0
                 else:
                     new_tokens, accepted = self._spec_round(proposal)
+                    if self.policy is not None:
+                        self.policy.observe(proposal.k, accepted)
                 emitted = self._commit(new_tokens, accepted, proposal, detok, stopper)
                 round_index = len(self.rounds) if proposal is not None else -1
                 for ev in emitted:
@@ -215,7 +226,8 @@ class RoundLoop:
                 if self.drafter is not None and self.finish_reason is None:
                     self.drafter.observe(self.committed, proposal, accepted, new_tokens,
                                          self.hidden)
-                self.rollback_ms += (time.perf_counter() - t_obs) * 1e3
+                obs_ms = (time.perf_counter() - t_obs) * 1e3  # drafter bookkeeping
+                self.draft_ms += obs_ms
                 if proposal is not None:
                     d_ms, v_ms, r_ms = self._round_ms
                     rec = RoundRecord(
@@ -225,9 +237,9 @@ class RoundLoop:
                         bonus=len(emitted) > accepted,
                         emitted=len(emitted),
                         width=k,
-                        draft_ms=d_ms,
+                        draft_ms=d_ms + obs_ms,
                         verify_ms=v_ms,
-                        rollback_ms=r_ms + (time.perf_counter() - t_obs) * 1e3,
+                        rollback_ms=r_ms,
                         t_ms=(time.perf_counter() - t_prefill) * 1e3,
                         total_tokens=len(self.output),
                     )

@@ -173,11 +173,11 @@ class Session:
             yield StatusEvent("warmup", f"preparing verify widths 1..{width + 1}")
             self._costs[(kind, width)] = self._warmup(drafter, width)
             self._warm.add((kind, width))
+        verify_slope = None
         if drafter is not None and (kind, width) in self._costs:
             costs = self._costs[(kind, width)]
             drafter.step_cost = costs["draft_cost"]
-            if hasattr(drafter, "set_costs"):
-                drafter.set_costs(**costs)
+            verify_slope = costs["verify_slope"]
         rule = registry.rule_for(kind, req.sampling)
         loop = RoundLoop(
             target=self.target,
@@ -188,6 +188,7 @@ class Session:
             width=width,
             cancel=cancel,
             fallback=fallback,
+            verify_slope=verify_slope,
         )
         yield from loop.run()
 

@@ -43,6 +43,8 @@ class Drafter(abc.ABC):
     stochastic: bool = False  # samples proposals -> Proposal.q, rejection sampling
     taps: TapRequest | None = None  # hidden states it reads (None: none)
     block: bool = False  # True: k proposals cost one drafter pass (DFlash)
+    adaptive_width: bool = True  # the loop's width policy sizes the rounds (app.engine.width)
+    stops_early: bool = False  # may return fewer than k by itself (asked for the full width)
     # one drafting step (sequential) or one drafter pass (block), in target plain steps;
     # the session measures it at warm-up (``draft_step_ms`` / a target step)
     step_cost: float = 0.0

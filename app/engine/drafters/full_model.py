@@ -97,67 +97,6 @@ class DraftHead:
         return q
 
 
-class WidthPolicy:
-    """Choose the number of proposals from measured costs and observed acceptance.
-
-    With per-token acceptance ``a``, a round of ``k`` proposals yields on average
-    ``(1 - a^(k+1)) / (1 - a)`` tokens and costs ``verify(k+1) + k * draft`` target steps;
-    a plain step yields 1 token for 1 step. The policy picks the ``k`` (0 = plain step) with
-    the best ratio; while it decodes plainly it probes with one proposal every
-    ``probe_every`` steps so that a draft that starts agreeing is noticed; each failed probe
-    doubles that interval (up to ``probe_max``), an accepted one resets it.
-    """
-
-    def __init__(self, max_width: int, *, probe_every: int = 16, probe_max: int = 64,
-                 decay: float = 0.9):
-        self.max_width = max_width
-        self.probe_every = probe_every
-        self.probe_max = probe_max
-        self.probe_interval = probe_every
-        self.decay = decay
-        self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
-        self.rejected = 0.4
-        self.verify_slope = 0.06  # extra cost per verified token, in target steps
-        self.draft_cost = 0.05  # one draft step, in target steps
-        self.plain_streak = 0
-        self.probing = False  # the last choice was a one-token probe while decoding plainly
-
-    def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
-        self.verify_slope = max(0.0, verify_slope)
-        self.draft_cost = max(0.0, draft_cost)
-
-    @property
-    def alpha(self) -> float:
-        return self.accepted / (self.accepted + self.rejected)
-
-    def gain(self, k: int) -> float:
-        a = min(self.alpha, 0.999)
-        tokens = (1 - a ** (k + 1)) / (1 - a)
-        cost = 1 + self.verify_slope * k + self.draft_cost * k
-        return tokens / cost
-
-    def choose(self, k_max: int) -> int:
-        k_max = min(k_max, self.max_width)
-        best = max(range(k_max + 1), key=self.gain)
-        self.probing = False
-        if best == 0:
-            self.plain_streak += 1
-            if self.plain_streak >= self.probe_interval and k_max >= 1:
-                self.plain_streak = 0
-                self.probing = True
-                return 1
-        else:
-            self.plain_streak = 0
-        return best
-
-    def observe(self, proposed: int, accepted: int) -> None:
-        if self.probing:
-            self.probe_interval = (self.probe_every if accepted else
-                                   min(self.probe_interval * 2, self.probe_max))
-        self.accepted = self.decay * self.accepted + accepted
-        self.rejected = self.decay * self.rejected + (1 if accepted < proposed else 0)
-
-
 # With the adaptive policy, a round stops drafting after the first proposal whose draft
 # probability is below this: the draft is well calibrated (shipped demo draft on held-out
 # replies: agreement 0.06 / 0.21 / 0.41 / 0.60 / 0.92 for confidence 0-.2 / .2-.4 / ... /
@@ -191,16 +130,16 @@ class FullModelDrafter(Drafter):
         self.sampling = SamplingParams()
         self.stochastic = False
         self.adaptive = adaptive
-        self.policy = WidthPolicy(max_width)
+        self.adaptive_width = adaptive  # the loop's width policy sizes the rounds
+        self.stops_early = bool(confidence_stop)
+        self.max_width = max_width
         self.draft_step_ms: float | None = None
-        self._costs: dict[str, float] | None = None
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
         # sliding-window layers keep room for a round's writes, so rewinds stay exact
-        self.cache = widen_windows(make_cache(self.draft), self.policy.max_width + 2)
-        self.policy = self._fresh_policy()
+        self.cache = widen_windows(make_cache(self.draft), self.max_width + 2)
         body = prompt[:-1]
         self.length = len(body)  # positions the draft cache holds
         outs: list[mx.array] = []
@@ -214,24 +153,7 @@ class FullModelDrafter(Drafter):
         mark_cache(self.cache, self.length)
         return outs
 
-    def _fresh_policy(self) -> WidthPolicy:
-        policy = WidthPolicy(self.policy.max_width)
-        if self._costs:
-            policy.set_costs(**self._costs)
-        return policy
-
-    def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
-        """Measured costs (in target steps) for the adaptive width policy."""
-        self._costs = {"verify_slope": verify_slope, "draft_cost": draft_cost}
-        self.policy.set_costs(**self._costs)
-
     def propose(self, committed: list[int], k: int) -> Proposal | None:
-        if self.adaptive and k > 0:
-            chosen = self.policy.choose(k)
-            # The policy decides whether drafting pays at all; with confidence stopping the
-            # draft itself decides how far to go (a probe while decoding plainly stays short).
-            widen = chosen > 0 and self.confidence_stop and not self.policy.probing
-            k = k if widen else chosen
         if k <= 0 or self.cache is None:
             return None
         started = time.perf_counter()
@@ -279,7 +201,6 @@ class FullModelDrafter(Drafter):
             self.pending = self.pending + list(new_tokens)
             return
         k = proposal.k
-        self.policy.observe(k, accepted)
         keep = min(accepted, k - 1)
         self.length -= (k - 1) - keep
         rewind_cache(self.cache, self.length)
@@ -309,7 +230,6 @@ class FullModelDrafter(Drafter):
             "reduced_head": self.head.reduced,
             "head_size": self.head.size,
             "adaptive": self.adaptive,
-            "alpha": round(self.policy.alpha, 3),
         }
 
 

@@ -61,6 +61,7 @@ class NgramIndex:
 class PromptLookupDrafter(Drafter):
     kind = "prompt-lookup"
     stochastic = False
+    adaptive_width = False  # sizes its proposals from the lookups themselves
 
     def __init__(
         self,

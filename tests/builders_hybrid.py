@@ -13,11 +13,11 @@ from tests.builders import _token_id, write_tokenizer
 
 
 def _configs(vocab: int, eos: int) -> dict[str, dict]:
-    base = {"vocab_size": vocab, "eos_token_id": eos, "tie_word_embeddings": True,
+    base = {"vocab_size": vocab, "eos_token_id": eos, "tie_word_embeddings": False,
             "torch_dtype": "float32", "max_position_embeddings": 4096}
     return {
         # Gated DeltaNet + attention (layers 1 and 3 attend), text_config as shipped
-        "qwen3_5": {"model_type": "qwen3_5", "eos_token_id": eos, "tie_word_embeddings": True,
+        "qwen3_5": {"model_type": "qwen3_5", "eos_token_id": eos, "tie_word_embeddings": False,
                     "text_config": {**base, "model_type": "qwen3_5_text", "hidden_size": 64,
                                     "intermediate_size": 128, "num_hidden_layers": 4,
                                     "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -49,6 +49,9 @@ def _configs(vocab: int, eos: int) -> dict[str, dict]:
                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                         "query_pre_attn_scalar": 16, "sliding_window": 8,
                         "sliding_window_pattern": 2, "rms_norm_eps": 1e-6},
+        "llama": {**base, "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "rms_norm_eps": 1e-5, "rope_theta": 10000.0},
         "qwen3": {**base, "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                   "head_dim": 16, "rms_norm_eps": 1e-6, "rope_theta": 10000.0},
@@ -62,7 +65,11 @@ def _configs(vocab: int, eos: int) -> dict[str, dict]:
     }
 
 
-FAMILIES = ("qwen3_5", "nemotron_h", "mamba2", "mamba", "gemma3_text", "qwen3", "deepseek_v3")
+FAMILIES = ("qwen3_5", "nemotron_h", "mamba2", "mamba", "gemma3_text", "llama", "qwen3",
+            "deepseek_v3")
+# noise of a perturbed copy that agrees with the target often but not always
+DRAFT_NOISE = {"qwen3_5": 0.002, "nemotron_h": 0.002, "mamba2": 0.002, "mamba": 0.02,
+               "gemma3_text": 0.002, "llama": 0.01, "qwen3": 0.01, "deepseek_v3": 0.01}
 
 
 def make_family_checkpoint(folder: Path, family: str, *, seed: int = 0,

@@ -135,9 +135,10 @@ def test_sliding_window_only_target(ckpts):
 
 
 def test_unrewindable_cache_blocks_like_the_session(ckpts, tmp_path):
-    from app.engine.rollback import problem
     from mlx_lm.models.cache import KVCache
     from mlx_lm.models.deepseek_v41 import LayerCache
+
+    from app.engine.rollback import problem
 
     cfg = {
         "model_type": "deepseek_v41", "hidden_size": 64, "num_hidden_layers": 2,

@@ -73,8 +73,9 @@ DRAFT_NOISE = {"qwen3_5": 0.002, "nemotron_h": 0.002, "mamba2": 0.002, "mamba": 
 
 
 def make_family_checkpoint(folder: Path, family: str, *, seed: int = 0,
-                           weight_scale: float = 1.0) -> Path:
-    """A tiny ``family`` checkpoint in mlx-lm format with real tokenizer files."""
+                           weight_scale: float = 1.0, overrides: dict | None = None) -> Path:
+    """A tiny ``family`` checkpoint in mlx-lm format with real tokenizer files
+    (``overrides`` replace fields of the (text) config, e.g. to build a larger shape)."""
     import mlx.core as mx
     from mlx.utils import tree_map
     from mlx_lm.utils import save_config, save_model
@@ -82,6 +83,7 @@ def make_family_checkpoint(folder: Path, family: str, *, seed: int = 0,
     folder = Path(folder)
     vocab = write_tokenizer(folder)
     config = copy.deepcopy(_configs(vocab, _token_id(folder, "<|im_end|>"))[family])
+    (config.get("text_config") or config).update(overrides or {})
     module = importlib.import_module(f"mlx_lm.models.{family}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(copy.deepcopy(config)))

@@ -28,6 +28,14 @@ RECURRENCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gated_delta_update": ("state", ("q", "k", "v", "a", "b", "mask")),
     "ssm_update": ("state", ("hidden_states", "B", "C", "dt", "mask")),
 }
+# the head axis of each per-head argument: heads are independent in both recurrences, so the
+# layers' heads are stacked and the kept steps re-run once for all layers (one op per step)
+HEAD_AXES: dict[str, dict[str, int]] = {
+    "gated_delta_update": {"q": 2, "k": 2, "v": 2, "a": 2, "b": 2, "A_log": 0,
+                           "dt_bias": 0, "state": 1},
+    "ssm_update": {"hidden_states": 2, "B": 2, "C": 2, "dt": 2, "A_log": 0, "D": 0,
+                   "dt_bias": 0, "state": 1},
+}
 MIXER_ATTRS = ("linear_attn", "mixer")
 
 _local = threading.local()
@@ -36,8 +44,7 @@ _local = threading.local()
 @dataclass
 class Recording:
     convs: list[mx.array] = field(default_factory=list)  # full conv inputs, call order
-    calls: list[tuple[Any, inspect.BoundArguments, tuple[str, ...]]] = field(
-        default_factory=list)
+    calls: list[tuple[Any, inspect.BoundArguments, str]] = field(default_factory=list)
 
 
 class _ConvTap:
@@ -65,15 +72,15 @@ def _wrap_function(module: Any, name: str) -> None:
         return
     orig = fn
     sig = inspect.signature(orig)
-    seq_args = RECURRENCES[name][1]
 
     def recorded(*args, **kwargs):
         rec = getattr(_local, "rec", None)
         if rec is not None:
-            rec.calls.append((orig, sig.bind(*args, **kwargs), seq_args))
+            rec.calls.append((orig, sig.bind(*args, **kwargs), name))
         return orig(*args, **kwargs)
 
     recorded._draftpair_orig = orig  # type: ignore[attr-defined]
+    recorded._draftpair_name = name  # type: ignore[attr-defined]
     setattr(module, name, recorded)
 
 
@@ -122,6 +129,53 @@ def stop() -> None:
     _local.rec = None
 
 
+def _group_key(orig: Any, name: str, args: dict[str, Any]) -> tuple | None:
+    """Calls with the same key can be stacked along their head axes (None: run alone)."""
+    axes = HEAD_AXES[name]
+    if args.get("state") is None or args.get("mask") is not None or args.get("lengths") is not None:
+        return None
+    parts: list[Any] = [id(orig)]
+    for arg, value in sorted(args.items()):
+        if arg in axes:
+            if not isinstance(value, mx.array):
+                return None
+            shape = list(value.shape)
+            del shape[axes[arg]]
+            parts.append((arg, tuple(shape), value.dtype))
+        elif isinstance(value, mx.array):
+            return None
+        else:
+            parts.append((arg, repr(value)))
+    return tuple(parts)
+
+
+def _kept_states(calls: list[tuple[Any, dict[str, Any], str]], keep: int) -> list[mx.array]:
+    """The state after the first ``keep`` steps for each call, re-running stacked groups."""
+    out: list[mx.array | None] = [None] * len(calls)
+    groups: dict[tuple, list[int]] = {}
+    for i, (orig, args, name) in enumerate(calls):
+        key = _group_key(orig, name, args)
+        groups.setdefault(key if key is not None else ("alone", i), []).append(i)
+    for members in groups.values():
+        orig, first, name = calls[members[0]]
+        seq_args = RECURRENCES[name][1]
+        axes = HEAD_AXES[name]
+        args = dict(first)
+        if len(members) > 1:
+            for arg, axis in axes.items():
+                if arg in args:
+                    args[arg] = mx.concatenate([calls[i][1][arg] for i in members], axis=axis)
+        for arg in seq_args:
+            if args.get(arg) is not None:
+                args[arg] = args[arg][:, :keep]
+        state = orig(**args)[1]
+        sizes = [calls[i][1]["state"].shape[1] for i in members]
+        splits = mx.split(state, [sum(sizes[: j + 1]) for j in range(len(sizes) - 1)], axis=1)
+        for i, part in zip(members, splits, strict=True):
+            out[i] = part
+    return out  # type: ignore[return-value]
+
+
 def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.array]:
     """Set each ArraysCache in ``states`` (forward order) to its value after the first
     ``keep`` of the ``fed`` recorded positions; returns the new arrays (lazy)."""
@@ -129,18 +183,15 @@ def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.a
         raise RuntimeError(
             f"recorded {len(rec.convs)} conv inputs and {len(rec.calls)} recurrences for "
             f"{len(states)} recurrent caches")
+    calls = [(orig, dict(bound.arguments), name) for orig, bound, name in rec.calls]
+    if keep:
+        kept = _kept_states(calls, keep)
+    else:
+        kept = [args.get("state") for _, args, _ in calls]
     out = []
-    for c, conv_in, (orig, bound, seq_args) in zip(states, rec.convs, rec.calls, strict=True):
+    for c, conv_in, state in zip(states, rec.convs, kept, strict=True):
         k1 = conv_in.shape[1] - fed  # rows of conv state
         c[0] = mx.contiguous(conv_in[:, keep : keep + k1])
-        state_in = bound.arguments.get("state")
-        if keep == 0:
-            c[1] = state_in
-        else:
-            args = dict(bound.arguments)
-            for name in seq_args:
-                if args.get(name) is not None:
-                    args[name] = args[name][:, :keep]
-            c[1] = orig(**args)[1]
+        c[1] = state
         out.extend(a for a in (c[0], c[1]) if a is not None)
     return out

@@ -158,7 +158,8 @@ def rewind_cache(cache: list[Any], length: int) -> None:
 class Rollback:
     """The rewind strategy for one target model."""
 
-    def __init__(self, model: Any, cache: list[Any]):
+    def __init__(self, model: Any, cache: list[Any], *, method: str | None = None):
+        """``method``: force ``REPLAY`` on a recurrent target (to measure it)."""
         self.model = model
         self.problem = problem(cache)
         n_states = sum(isinstance(c, ArraysCache) for c in leaves(cache))
@@ -167,6 +168,8 @@ class Rollback:
         elif n_states == 0:
             self.method = WINDOW if any(isinstance(c, RotatingKVCache)
                                         for c in leaves(cache)) else TRIM
+        elif method == REPLAY:
+            self.method = REPLAY
         else:
             self.method = CAPTURE if recurrent.install(model, n_states) else REPLAY
         self._rec: recurrent.Recording | None = None

@@ -25,6 +25,17 @@ def _configs(vocab: int, eos: int) -> dict[str, dict]:
                                     "linear_num_key_heads": 2, "linear_key_head_dim": 16,
                                     "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4,
                                     "full_attention_interval": 2, "rms_norm_eps": 1e-6}},
+        # Gated DeltaNet + attention with a small mixture of experts
+        "qwen3_next": {**base, "model_type": "qwen3_next", "hidden_size": 64,
+                       "intermediate_size": 128, "num_hidden_layers": 4,
+                       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                       "linear_num_value_heads": 4, "linear_num_key_heads": 2,
+                       "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                       "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
+                       "decoder_sparse_step": 1, "shared_expert_intermediate_size": 64,
+                       "mlp_only_layers": [], "moe_intermediate_size": 32,
+                       "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+                       "partial_rotary_factor": 0.25, "full_attention_interval": 2},
         # Mamba-2 mixers + attention + MLP blocks
         "nemotron_h": {**base, "model_type": "nemotron_h", "hidden_size": 64,
                        "intermediate_size": 128, "num_attention_heads": 4,
@@ -65,10 +76,10 @@ def _configs(vocab: int, eos: int) -> dict[str, dict]:
     }
 
 
-FAMILIES = ("qwen3_5", "nemotron_h", "mamba2", "mamba", "gemma3_text", "llama", "qwen3",
+FAMILIES = ("qwen3_5", "qwen3_next", "nemotron_h", "mamba2", "mamba", "gemma3_text", "llama", "qwen3",
             "deepseek_v3")
 # noise of a perturbed copy that agrees with the target often but not always
-DRAFT_NOISE = {"qwen3_5": 0.002, "nemotron_h": 0.002, "mamba2": 0.002, "mamba": 0.02,
+DRAFT_NOISE = {"qwen3_5": 0.002, "qwen3_next": 0.002, "nemotron_h": 0.002, "mamba2": 0.002, "mamba": 0.02,
                "gemma3_text": 0.002, "llama": 0.01, "qwen3": 0.01, "deepseek_v3": 0.01}
 
 

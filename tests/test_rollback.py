@@ -24,9 +24,10 @@ from tests.builders_hybrid import DRAFT_NOISE, make_family_checkpoint, perturbed
 # long enough to wrap gemma3_text's sliding window of 8 several times
 PROMPT = ("The cat sat on the mat. The dog sat on the log. Once upon a time there was a "
           "tiny model")
-ROLLBACK_FAMILIES = ["qwen3_5", "nemotron_h", "mamba2", "mamba", "gemma3_text", "llama",
+ROLLBACK_FAMILIES = ["qwen3_5", "qwen3_next", "nemotron_h", "mamba2", "mamba", "gemma3_text", "llama",
                      "qwen3"]
-METHOD = {"qwen3_5": rollback.CAPTURE, "nemotron_h": rollback.CAPTURE,
+METHOD = {"qwen3_5": rollback.CAPTURE, "qwen3_next": rollback.CAPTURE,
+          "nemotron_h": rollback.CAPTURE,
           "mamba2": rollback.CAPTURE, "mamba": rollback.REPLAY,
           "gemma3_text": rollback.WINDOW, "llama": rollback.TRIM, "qwen3": rollback.TRIM}
 

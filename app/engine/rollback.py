@@ -178,6 +178,8 @@ class Rollback:
     @contextmanager
     def verifying(self, cache: list[Any]):
         """Wrap the verify pass: records (capture) or snapshots (replay) what a rewind needs."""
+        if self.method in (CAPTURE, REPLAY):  # (capture keeps the snapshot as a fallback)
+            self._snap = [list(c.cache) for c in leaves(cache) if isinstance(c, ArraysCache)]
         if self.method == CAPTURE:
             self._rec = recurrent.start()
             try:
@@ -185,8 +187,6 @@ class Rollback:
             finally:
                 recurrent.stop()
         else:
-            if self.method == REPLAY:
-                self._snap = [list(c.cache) for c in leaves(cache) if isinstance(c, ArraysCache)]
             yield
 
     def rewind(self, cache: list[Any], tokens: mx.array, keep: int) -> None:
@@ -202,9 +202,14 @@ class Rollback:
         states = [c for c in leaves(cache) if isinstance(c, ArraysCache)]
         if self.method == CAPTURE:
             assert rec is not None
-            _trim(cache, fed - keep, fed)
-            mx.eval(recurrent.rebuild(states, rec, fed, keep))
-            return
+            try:
+                rebuilt = recurrent.rebuild(states, rec, fed, keep)
+            except RuntimeError:  # the pass did not record as this family should: replay
+                self.method = REPLAY
+            else:
+                _trim(cache, fed - keep, fed)
+                mx.eval(rebuilt)
+                return
         if self.method != REPLAY or snap is None:
             raise DraftPairError(f"Speculation cannot run: {self.problem}.")
         for c, saved in zip(states, snap, strict=True):

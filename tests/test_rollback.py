@@ -254,3 +254,22 @@ def test_drafter_receives_one_row_per_cached_position(family_dirs, family):
     _, want = taps.forward(target.model, fed, make_cache(target), drafter.taps)
     assert mx.allclose(rows.final_postnorm, want.final_postnorm, atol=1e-4).item()
     assert mx.allclose(rows.layers[0], want.layers[0], atol=1e-4).item()
+
+
+def test_bench_reports_rollback_cost(family_dirs, tmp_path, capsys):
+    from app.cli import main
+
+    target_dir, _ = family_dirs["qwen3_5"]
+    assert main(["bench", "--rollback", "--model", str(target_dir), "--out",
+                 str(tmp_path / "out")]) == 0
+    import json
+
+    data = json.loads((tmp_path / "out" / "rollback.json").read_text())
+    assert data["model_type"] == "qwen3_5" and data["plain_step_ms"] > 0
+    methods = [s["method"] for s in data["strategies"]]
+    assert methods == [rollback.CAPTURE, rollback.REPLAY]
+    for row in data["strategies"]:
+        assert sorted(int(k) for k in row["rollback_ms_by_keep"]) == [0, 1, 2, 3, 4]
+        assert row["fraction_of_plain_step"] == pytest.approx(
+            row["rollback_ms"] / data["plain_step_ms"])
+    assert "of a plain step" in capsys.readouterr().err

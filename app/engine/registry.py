@@ -41,7 +41,7 @@ SPECS: tuple[KindSpec, ...] = (
     KindSpec("full-model", "Draft model", 4, True, False, True,
              "app.engine.drafters.full_model"),
     KindSpec("mtp", "MTP heads", 4, False, True, True, "app.engine.drafters.mtp"),
-    KindSpec("dflash", "DFlash drafter", 16, True, True, True, "app.engine.drafters.dflash"),
+    KindSpec("dflash", "DFlash", 16, True, True, True, "app.engine.drafters.dflash"),
 )  # fmt: skip
 KINDS: tuple[str, ...] = tuple(s.name for s in SPECS)
 _BY_NAME = {s.name: s for s in SPECS}
@@ -92,7 +92,7 @@ def module(name: str) -> ModuleType | None:
 
 
 def not_supported(name: str) -> str:
-    return f"{spec(name).label} drafting is not supported by this version of DraftPair yet"
+    return f"drafting with {spec(name).label} is not supported by this version of DraftPair yet"
 
 
 def unavailable(name: str, ctx: DrafterContext | None) -> str | None:

@@ -66,7 +66,9 @@ class Session:
             mod = registry.module("dflash")
             if mod is None:
                 raise ModelLoadError(registry.not_supported("dflash") + ".")
-            self.assets["dflash"] = mod.load(Path(name_or_path), self.target)
+            from app.engine.models import resolve_path
+
+            self.assets["dflash"] = mod.load(resolve_path(name_or_path), self.target)
             self._forget_warm("dflash")
             return self.assets["dflash"]
         draft = load_model(name_or_path, precision=self.precision)
@@ -221,7 +223,12 @@ class Session:
 def _is_dflash_folder(name_or_path: str | Path) -> bool:
     import json
 
-    cfg = Path(name_or_path) / "config.json"
+    from app.engine.models import resolve_path
+
+    try:
+        cfg = resolve_path(name_or_path) / "config.json"
+    except Exception:  # not found: load_model says so plainly
+        return False
     if not cfg.is_file():
         return False
     try:

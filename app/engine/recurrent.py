@@ -5,8 +5,11 @@ the full input of its causal ``conv1d`` (the ``K-1`` rows of conv state followed
 rows) and the inputs of the recurrence function the model module calls
 (``gated_delta_update`` for qwen3_5 / qwen3_next, ``ssm_update`` for mamba2 / nemotron_h),
 including the state going in. Keeping ``m`` of the ``S`` fed positions then costs no
-projection: the conv state is rows ``m .. m+K-2`` of the recorded input and the recurrent
-state is the recurrence re-run over the first ``m`` steps from the recorded state.
+projection: the conv state is rows ``m .. m+K-2`` of the recorded input, and the recurrent
+state is the one the pass computed after step ``m`` when the recurrence ran step by step
+(mlx-lm's ops path: CPU, small heads), else the recurrence re-run over the first ``m`` steps
+from the recorded state (one fused kernel on Metal; the layers' heads stacked so every layer
+re-runs in the same op).
 
 The hooks are installed once per model (an instance attribute over ``conv1d`` and a wrapper
 around the module-level function); they do nothing unless this thread is recording, so
@@ -41,10 +44,18 @@ MIXER_ATTRS = ("linear_attn", "mixer")
 _local = threading.local()
 
 
+# the per-step function the ops path of the Gated DeltaNet recurrence loops over (CPU and
+# small heads): its states are kept as they are computed, so a rewind needs no recompute
+STEP_FUNCTIONS = (("mlx_lm.models.gated_delta", "_gated_delta_step_ops"),)
+
+
 @dataclass
 class Recording:
     convs: list[mx.array] = field(default_factory=list)  # full conv inputs, call order
-    calls: list[tuple[Any, inspect.BoundArguments, str]] = field(default_factory=list)
+    # (function, its arguments, its name, the state after each step if the ops path ran)
+    calls: list[tuple[Any, inspect.BoundArguments, str, list[mx.array]]] = field(
+        default_factory=list)
+    steps: list[mx.array] | None = None  # filled while one recurrence call runs
 
 
 class _ConvTap:
@@ -75,13 +86,36 @@ def _wrap_function(module: Any, name: str) -> None:
 
     def recorded(*args, **kwargs):
         rec = getattr(_local, "rec", None)
-        if rec is not None:
-            rec.calls.append((orig, sig.bind(*args, **kwargs), name))
-        return orig(*args, **kwargs)
+        if rec is None:
+            return orig(*args, **kwargs)
+        rec.steps = []
+        try:
+            out = orig(*args, **kwargs)
+        finally:
+            steps, rec.steps = rec.steps, None
+        rec.calls.append((orig, sig.bind(*args, **kwargs), name, steps))
+        return out
 
     recorded._draftpair_orig = orig  # type: ignore[attr-defined]
     recorded._draftpair_name = name  # type: ignore[attr-defined]
     setattr(module, name, recorded)
+
+
+def _wrap_step(module: Any, name: str) -> None:
+    fn = getattr(module, name, None)
+    if fn is None or getattr(fn, "_draftpair_orig", None) is not None:
+        return
+    orig = fn
+
+    def kept(*args, **kwargs):
+        out = orig(*args, **kwargs)
+        rec = getattr(_local, "rec", None)
+        if rec is not None and rec.steps is not None:
+            rec.steps.append(out[1])
+        return out
+
+    kept._draftpair_orig = orig  # type: ignore[attr-defined]
+    setattr(module, name, kept)
 
 
 def mixers(model: Any) -> list[Any] | None:
@@ -109,6 +143,10 @@ def install(model: Any, n_states: int) -> bool:
     ms = mixers(model)
     if not ms or len(ms) != n_states:
         return False
+    for mod_name, fn_name in STEP_FUNCTIONS:
+        step_mod = sys.modules.get(mod_name)
+        if step_mod is not None:
+            _wrap_step(step_mod, fn_name)
     for m in ms:
         mod = sys.modules[type(m).__module__]
         for name in RECURRENCES:
@@ -149,15 +187,20 @@ def _group_key(orig: Any, name: str, args: dict[str, Any]) -> tuple | None:
     return tuple(parts)
 
 
-def _kept_states(calls: list[tuple[Any, dict[str, Any], str]], keep: int) -> list[mx.array]:
-    """The state after the first ``keep`` steps for each call, re-running stacked groups."""
+def _kept_states(calls: list[tuple[Any, dict[str, Any], str, list[mx.array]]], keep: int,
+                 fed: int) -> list[mx.array]:
+    """The state after the first ``keep`` steps for each call: the one the pass computed if
+    it kept its steps, else re-run (stacked groups of layers, one op per step)."""
     out: list[mx.array | None] = [None] * len(calls)
     groups: dict[tuple, list[int]] = {}
-    for i, (orig, args, name) in enumerate(calls):
+    for i, (orig, args, name, steps) in enumerate(calls):
+        if len(steps) == fed:
+            out[i] = steps[keep - 1]
+            continue
         key = _group_key(orig, name, args)
         groups.setdefault(key if key is not None else ("alone", i), []).append(i)
     for members in groups.values():
-        orig, first, name = calls[members[0]]
+        orig, first, name, _ = calls[members[0]]
         seq_args = RECURRENCES[name][1]
         axes = HEAD_AXES[name]
         args = dict(first)
@@ -183,11 +226,11 @@ def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.a
         raise RuntimeError(
             f"recorded {len(rec.convs)} conv inputs and {len(rec.calls)} recurrences for "
             f"{len(states)} recurrent caches")
-    calls = [(orig, dict(bound.arguments), name) for orig, bound, name in rec.calls]
+    calls = [(orig, dict(bound.arguments), name, steps) for orig, bound, name, steps in rec.calls]
     if keep:
-        kept = _kept_states(calls, keep)
+        kept = _kept_states(calls, keep, fed)
     else:
-        kept = [args.get("state") for _, args, _ in calls]
+        kept = [args.get("state") for _, args, _, _ in calls]
     out = []
     for c, conv_in, state in zip(states, rec.convs, kept, strict=True):
         k1 = conv_in.shape[1] - fed  # rows of conv state

@@ -6,6 +6,11 @@ for the next position. A round with proposals ``d_1..d_k`` feeds ``pending + d``
 and reads the ``k+1`` rows it needs (with ``carry`` in front when nothing is pending). A plain
 step samples from ``carry`` and immediately queues the next target step before syncing, like
 ``mlx_lm.generate_step``, so plain decoding through this loop keeps mlx-lm's pipelining.
+
+After a verify pass the target's cache is rewound to what was kept by the strategy chosen for
+its cache kind (``app.engine.rollback``); the width of each round comes from the width policy
+(``app.engine.width``) and the drafter's cost model; drafters that read hidden states get the
+rows of every pass through ``app.engine.taps`` (prefill chunks, then one ``observe`` per step).
 """
 
 from __future__ import annotations

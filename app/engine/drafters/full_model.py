@@ -10,8 +10,11 @@ Reduced draft head (FR-Spec style): a draft folder may ship ``draft_head.json`` 
 draft can only propose those ids; verification is unchanged, so outputs stay exact.
 
 Cache bookkeeping follows mlx-lm's ``speculative_generate_step``: after proposing, the draft
-cache holds ``committed + d_1..d_{k-1}``; after ``n`` accepted it is trimmed by
-``(k-1) - min(n, k-1)`` and the tokens it has not seen yet are fed at the next proposal.
+cache holds ``committed + d_1..d_{k-1}``; after ``n`` accepted it is rewound by
+``(k-1) - min(n, k-1)`` (``rewind_cache``: KV trim, recurrent state from the step it marked,
+sliding windows with room for a round) and the tokens it has not seen yet are fed at the next
+proposal. How many proposals a round asks for is the loop's width policy
+(``app.engine.width``); the confidence stop below is the drafter's own.
 """
 
 from __future__ import annotations

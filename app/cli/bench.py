@@ -43,6 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flag a run when other processes used more than this many cores")
     p.add_argument("--reruns", type=int, help="re-runs of a flagged run (default 1; quick 0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--remote", action="append", default=[], metavar="URL",
+                   help="also measure an OpenAI-compatible endpoint (draftpair serve, "
+                   "llama-server, vLLM, LM Studio) as a row; repeatable")
+    p.add_argument("--remote-api-key", default=None, metavar="KEY",
+                   help="Bearer key for the --remote endpoints")
     p.set_defaults(func=run)
 
 
@@ -57,6 +62,14 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--max-tokens must be at least 1", EXIT_USAGE)
     if args.reruns is not None and args.reruns < 0:
         raise CliError("--reruns must be >= 0", EXIT_USAGE)
+    for url in args.remote:
+        from app.errors import DraftPairError as _Bad
+        from app.remote.client import parse_url
+
+        try:
+            parse_url(url)
+        except _Bad as exc:
+            raise CliError(f"--remote: {exc}", EXIT_USAGE) from None
     if args.out.exists() and not args.out.is_dir():
         raise CliError(f"--out {args.out} is a file; give a folder", EXIT_USAGE)
 
@@ -80,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         contention_threshold=args.contention_threshold,
         max_reruns=args.reruns,
         seed=args.seed,
+        remotes=tuple(args.remote),
+        remote_api_key=args.remote_api_key,
     )
     if args.quick:
         config = BenchConfig.quick_preset(**options)

@@ -237,3 +237,50 @@ def test_openai_client_sees_unknown_model_as_not_found(client):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=10**6,
                                        stream=True)
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def test_cli_serve_announces_its_url_and_stops_on_ctrl_c(tiny_models):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--model", str(tiny_models.target), "--port", "0",
+         "--draft-kind", "prompt-lookup", "--max-queue", "0"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        lines = []
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"at (http://127\.0\.0\.1:\d+)/v1", line)
+            url = m.group(1) if m else None
+        assert url, lines
+        assert "prompt-lookup" in lines[-1]
+        with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+            assert json.loads(resp.read()) == {"status": "ok"}
+        body = json.dumps({"prompt": "The cat", "max_tokens": 4}).encode()
+        req = urllib.request.Request(url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            data = json.loads(resp.read())
+        assert data["timings"]["draft_kind"] == "prompt-lookup"
+        assert data["usage"]["completion_tokens"] == 4
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 130
+    assert "Traceback" not in proc.stderr.read()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.errors import DraftPairError, user_message
+from app.threads import release_mlx_streams
 
 RECORDS_KEPT = 64
 _ids = itertools.count(1)
@@ -162,6 +163,7 @@ class EngineThread:
         finally:
             self._loaded.set()
         if session is None:
+            release_mlx_streams()
             return
         while True:
             job = self._queue.get()
@@ -177,6 +179,8 @@ class EngineThread:
                     self._running = None
                     self._jobs.discard(job)
         session.unload()
+        release_mlx_streams()  # before the thread ends, or exit may abort
+
 
     def _load(self) -> Any:
         from app.engine.session import Session

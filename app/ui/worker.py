@@ -206,6 +206,9 @@ class EngineWorker(QObject):
     def shutdown(self) -> None:
         """Drop every MLX object on this thread, then stop the thread's event loop."""
         self._session = None
+        from app.threads import release_mlx_streams
+
+        release_mlx_streams()  # MLX does not free a thread's streams by itself
         QThread.currentThread().quit()
 
 

@@ -87,3 +87,22 @@ def test_unreachable_endpoint_is_one_sentence(qtbot, window):
     message = window.banner.messages[-1]
     assert "Cannot reach 127.0.0.1" in message and "connection refused" in message
     assert "Traceback" not in message
+
+
+def test_server_switch_serves_the_loaded_pair(qtbot, window):
+    import json
+    import urllib.request
+
+    window.server.port = 0  # any free port
+    with qtbot.waitSignal(window.server.url_changed, timeout=TIMEOUT) as blocker:
+        window.server_action.setChecked(True)
+    url = blocker.args[0]
+    assert url.startswith("http://127.0.0.1:")
+    assert window.status_server.text() == f"Server: {url}/v1"
+    with urllib.request.urlopen(url + "/v1/models", timeout=10) as resp:
+        card = json.loads(resp.read())["data"][0]
+    assert card["id"] == "tiny-target" and card["draftpair"]["draft"] is None
+    with qtbot.waitSignal(window.server.url_changed, timeout=TIMEOUT) as blocker:
+        window.server_action.setChecked(False)
+    assert blocker.args[0] == "" and window.status_server.text() == ""
+    assert not window.server.running

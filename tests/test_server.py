@@ -284,3 +284,15 @@ def test_cli_serve_announces_its_url_and_stops_on_ctrl_c(tiny_models):
             raise
     assert code == 130
     assert "Traceback" not in proc.stderr.read()
+
+
+def test_default_max_tokens_shrinks_to_fit_the_context(server):
+    prompt = [5, 6, 7, 8] * 400  # 1600 of the model's 2048 positions
+    body = {"prompt": prompt, "draftpair": {"draft_kind": "none"}}
+    status, data, _ = _post(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 200, data
+    assert data["usage"]["prompt_tokens"] == 1600
+    assert data["usage"]["completion_tokens"] <= 2048 - 1600
+    status, data, _ = _post(server, "/v1/completions",
+                            json.dumps({**body, "max_tokens": 512}).encode())
+    assert status == 400 and data["error"]["code"] == "context_length_exceeded"

@@ -54,7 +54,7 @@ def test_compare_against_a_draftpair_server(qtbot, window, served):
     window.show_view("Compare")
     cmp.side.set_remote(served.url)
     assert not cmp.kind_combo.isEnabled()  # the endpoint speculates with its own settings
-    assert served.url in cmp.on_title.text()
+    assert served.url.split("//")[1] + " (remote)" in cmp.on_title.text()
     cmp.runs_spin.setValue(1)
     cmp.max_spin.setValue(24)
     with qtbot.waitSignal(cmp.compare_finished, timeout=TIMEOUT) as blocker:

@@ -92,7 +92,8 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
                 job.cancel.set()
 
         job = ServerJob(request=parsed.request, emit=emit,
-                        endpoint="chat" if chat else "completions")
+                        endpoint="chat" if chat else "completions",
+                        fit_context=not parsed.max_tokens_given)
         try:
             engine.submit(job)
         except QueueFull as exc:

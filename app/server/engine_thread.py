@@ -64,6 +64,7 @@ class ServerJob:
     request: Any  # app.engine.events.GenerationRequest
     emit: Callable[[object], None]
     endpoint: str = ""
+    fit_context: bool = False  # max_tokens was the server's default: shorten it to fit
     cancel: threading.Event = field(default_factory=threading.Event)
     id: str = field(default_factory=lambda: f"{next(_ids):06d}")
     submitted: float = field(default_factory=time.monotonic)
@@ -227,6 +228,8 @@ class EngineThread:
             self._reject(job, RequestError(400, "The prompt is empty.", param="messages"),
                          queued_ms)
             return
+        if ctx is not None and job.fit_context and len(prompt) < ctx:
+            req = replace(req, max_tokens=min(req.max_tokens, ctx - len(prompt)))
         if ctx is not None and len(prompt) + req.max_tokens > ctx:
             msg = (f"This model's context is {ctx} tokens; the prompt has {len(prompt)} and "
                    f"max_tokens asks for {req.max_tokens} more. Shorten the prompt or lower "

@@ -61,6 +61,7 @@ class Parsed:
     include_usage: bool
     return_tokens: bool
     model: str
+    max_tokens_given: bool = True  # False: the default, shortened to fit the context
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         min_p=_num(body, "min_p", 0.0, 0.0, 1.0),
         repetition_penalty=_num(body, "repetition_penalty",
                                 _num(body, "repeat_penalty", 1.0, 0.0, 10.0), 0.0, 10.0),
-        seed=_int(body, "seed", None, None, None),
+        seed=_int(body, "seed", None, 0, 2**63 - 1),
     )
     if sampling.top_p <= 0 or sampling.repetition_penalty <= 0:
         raise ApiError(400, "'top_p' and the repetition penalty must be greater than 0.",
@@ -204,6 +205,7 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         include_usage=_bool(options, "include_usage", False, "stream_options."),
         return_tokens=_bool(ext, "return_tokens", False, "draftpair."),
         model=info.id,
+        max_tokens_given=max_tokens is not None,
     )
 
 

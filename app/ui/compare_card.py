@@ -57,9 +57,11 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
     if s.fallback:
         lines.append(f"<span style='color:{c.warn}'>Speculation did not run: "
                      f"{html.escape(s.fallback)}</span>")
-    if contention is not None and contention > 0.25 and not s.remote:  # a remote's own work
+    if contention is not None and contention > 0.25:
+        who = ("Other programs (the endpoint too, if it runs on this machine)" if s.remote
+               else "Other programs")
         lines.append(
-            f"<span style='color:{c.warn}'>Other programs used {100 * contention:.0f}% of the "
+            f"<span style='color:{c.warn}'>{who} used {100 * contention:.0f}% of the "
             "CPU during the measurement: the numbers may be noisy.</span>"
         )
     for n in s.notes:

@@ -155,6 +155,8 @@ class CompareView(QWidget):
         texts.addWidget(self.on_title, 0, 1)
         texts.addWidget(self.off_text, 1, 0)
         texts.addWidget(self.on_text, 1, 1)
+        texts.setColumnStretch(0, 1)
+        texts.setColumnStretch(1, 1)
 
         self.card = QFrame()
         self.card.setProperty("role", "card")
@@ -233,7 +235,7 @@ class CompareView(QWidget):
     def _set_titles(self) -> None:
         kind = KIND_LABELS[self.kind_combo.kind()]
         if self.side.is_remote():
-            kind = f"remote endpoint {html.escape(self.side.endpoint())}"
+            kind = f"{html.escape(self.side.endpoint().split('://')[-1])} (remote)"
         self.off_title.setText(
             f"<span style='color:{self.colors.off_run}'>■</span> Speculation off"
         )

@@ -173,6 +173,12 @@ def test_disconnect_cancels_the_request(client, server):
     assert record.predicted_n < record.max_tokens == 1500
     # the engine is free again and answers the next request in full
     assert _chat(client, server, kind="none", stream=False, max_tokens=5)[4] == "length"
+    req = urllib.request.Request(server.url + "/v1/draftpair/status",
+                                 headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        status = json.loads(resp.read())
+    assert [r["finish_reason"] for r in status["recent"][-2:]] == ["cancelled", "length"]
+    assert status["queue"] == {"running": None, "waiting": 0, "max_queue": 1}
 
 
 def test_requests_queue_then_get_429(client, server):

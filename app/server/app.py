@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from dataclasses import asdict
 from typing import Any
 
 from starlette.applications import Starlette
@@ -68,7 +69,7 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
 
     async def status(request: Request) -> Response:
         authorize(request)
-        records = [r.__dict__ for r in list(engine.records)]
+        records = [asdict(r) for r in engine.recent()]
         return JSONResponse({"model": model_card(), "queue": engine.status(),
                              "recent": records})
 

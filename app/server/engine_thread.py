@@ -148,6 +148,10 @@ class EngineThread:
             self._jobs.add(job)
         self._queue.put(job)
 
+    def recent(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self.records)
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             running = self._running.id if self._running is not None else None
@@ -259,8 +263,10 @@ class EngineThread:
 
     def _record(self, job: ServerJob, finish: str, n: int, queued_ms: float,
                 error: str | None = None) -> None:
-        self.records.append(RequestRecord(
+        record = RequestRecord(
             id=job.id, endpoint=job.endpoint, finish_reason=finish, predicted_n=n,
             max_tokens=job.request.max_tokens, draft_kind=job.request.draft_kind,
             queued_ms=round(queued_ms, 1), error=error,
-        ))
+        )
+        with self._lock:
+            self.records.append(record)

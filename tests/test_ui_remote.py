@@ -67,7 +67,7 @@ def test_compare_against_a_draftpair_server(qtbot, window, served):
     assert s.kind == "full-model" and s.proposed is not None and s.proposed > 0
     assert s.extra_memory_bytes is None  # another process: not comparable, not zero
     card = cmp.card_body.text()
-    assert "On side: " + s.remote in card and "not comparable" in card
+    assert "On: " + s.remote in card and "not comparable" in card
     assert cmp.off_text.toPlainText() == cmp.on_text.toPlainText()
     assert served.engine.records[-1].finish_reason == "length"
 

@@ -29,7 +29,7 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
         f"{unit[:-1]} {s.first_difference}</span> (of {s.compared_tokens})"
     )
     if s.extra_memory_bytes is None:
-        mem = "not comparable (the on side runs in another process)"
+        mem = "not comparable (another process)"
     elif abs(s.extra_memory_bytes) < 1024 * 1024:
         mem = f"none measurable ({'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))})"
     else:
@@ -40,8 +40,8 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
         f"{verdict}</span>",
         f"<span style='color:{c.muted}'>{spread}</span>",
         f"Off {s.off_tok_s:.1f} tok/s → on {s.on_tok_s:.1f} tok/s (medians)"
-        + {"server": "; remote rate as the endpoint reports it",
-           "client": "; remote rate measured here from arrival times"}.get(s.rate_source, ""),
+        + {"server": ", on as reported",
+           "client": ", on from arrival times"}.get(s.rate_source, ""),
         f"{KIND_LABELS.get(s.kind, s.kind)}: "
         + (f"accepted {s.accepted}/{s.proposed} ({100 * (s.acceptance or 0):.0f}%), mean "
            f"{s.accept_len_mean or 0:.2f} per round" if s.accepted is not None
@@ -52,14 +52,13 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
         + (f" (draft weights {format_bytes(s.draft_weights_bytes)})" if s.draft_weights_bytes else ""),
     ]
     if s.remote:
-        lines.insert(2, f"<span style='color:{c.muted}'>On side: {html.escape(s.remote)}"
-                     "; off side: plain decoding on this machine</span>")
+        lines.insert(2, f"<span style='color:{c.muted}'>On: {html.escape(s.remote)} · off: "
+                     "plain decoding here</span>")
     if s.fallback:
         lines.append(f"<span style='color:{c.warn}'>Speculation did not run: "
                      f"{html.escape(s.fallback)}</span>")
     if contention is not None and contention > 0.25:
-        who = ("Other programs (the endpoint too, if it runs on this machine)" if s.remote
-               else "Other programs")
+        who = "Other programs (the endpoint too, if local)" if s.remote else "Other programs"
         lines.append(
             f"<span style='color:{c.warn}'>{who} used {100 * contention:.0f}% of the "
             "CPU during the measurement: the numbers may be noisy.</span>"

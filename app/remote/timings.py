@@ -81,7 +81,3 @@ def from_server(
     if "ttft_ms" not in values and ttft_ms is not None:
         values["ttft_ms"] = ttft_ms  # seen from here: includes the network and any queue
     return RemoteTimings(**values, endpoint=endpoint, model=model, rate_source=source)
-
-
-def known(value: Any) -> bool:
-    return value is not None

@@ -21,9 +21,11 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QWidget
 
+from app.kinds import SPECS
 from app.ui.format import KIND_LABELS
 
-MODEL_KINDS = ("full-model", "dflash")  # kinds that run a separate draft checkpoint
+# kinds that run a separate draft checkpoint (full-model, dflash)
+MODEL_KINDS = tuple(s.name for s in SPECS if s.needs_draft_model)
 ROLE_OPTION = Qt.ItemDataRole.UserRole
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.engine import prefill
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
@@ -25,6 +26,7 @@ from app.engine.events import (
     Event,
     GenerationRequest,
     MemoryEvent,
+    PrefillEvent,
     RoundEvent,
     RoundRecord,
     StatusEvent,
@@ -35,8 +37,6 @@ from app.engine.memory import MemorySampler
 from app.engine.models import LoadedModel, make_cache, trim
 from app.engine.stopping import StopMatcher
 from app.engine.verify import verify
-
-PREFILL_STEP = 2048
 
 
 class RoundLoop:
@@ -52,6 +52,8 @@ class RoundLoop:
         cancel: threading.Event | None,
         fallback: str | None = None,
         cache: list | None = None,  # a fresh target cache (default: made here)
+        reused: int = 0,  # prompt tokens ``cache`` already holds (a kept conversation)
+        context: int | None = None,  # the model's context length (for progress events)
     ):
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -77,6 +79,8 @@ class RoundLoop:
         self.finish_reason: str | None = None
         self._round_ms = (0.0, 0.0, 0.0)
         self.eos_emitted = False
+        self.reused = self.prefilled = reused
+        self.context = context
 
     # -- target passes ---------------------------------------------------------------
     def _forward(self, tokens: mx.array) -> mx.array:
@@ -89,16 +93,22 @@ class RoundLoop:
         ctx = self.sampling.repetition_context_size + self.width + 1
         return mx.array(self.committed[-ctx:], dtype=mx.uint32)
 
-    def _prefill(self) -> None:
-        body = self.prompt
+    def _prefill(self) -> Iterator[PrefillEvent]:
+        """Read the prompt after what the cache already holds, in steps that can be stopped."""
         drafter_arrays = self.drafter.begin(self.prompt, self.sampling) if self.drafter else []
-        for start in range(0, len(body), PREFILL_STEP):
-            chunk = mx.array(body[start : start + PREFILL_STEP], dtype=mx.uint32)
-            logits = self._forward(chunk)
-            if start + PREFILL_STEP < len(body):
-                mx.eval([c.state for c in self.cache])
-        self.carry = logits[-1:]
-        mx.eval(self.carry, *drafter_arrays)
+        last: list[mx.array] = []
+
+        def feed(part: list[int]) -> list[mx.array]:
+            last[:] = [self._forward(mx.array(part, dtype=mx.uint32))[-1:]]
+            return [*last, *prefill.cache_arrays(self.cache)]
+
+        body = self.prompt[self.reused :]
+        for p in prefill.chunked(feed, body, self.cancel):
+            self.prefilled = self.reused + p.done
+            yield PrefillEvent(p.done, p.total, p.tokens_per_s, self.reused, self.context)
+        if self.prefilled == len(self.prompt):
+            self.carry = last[0]
+            mx.eval(self.carry, *drafter_arrays)
 
     # -- one step ----------------------------------------------------------------------
     def _plain_step(self) -> list[int]:
@@ -160,8 +170,9 @@ class RoundLoop:
         stopper = StopMatcher(req.stop)
         t_start = time.perf_counter()
         mem = MemorySampler(req.memory_interval_s, t0=t_start)
-        yield StatusEvent("prefill", f"{len(self.prompt)} prompt tokens")
-        self._prefill()
+        yield StatusEvent("prefill", f"{len(self.prompt) - self.reused} prompt tokens"
+                          + (f", {self.reused} reused" if self.reused else ""))
+        yield from self._prefill()
         t_prefill = time.perf_counter()
         yield StatusEvent("decoding")
         yield MemoryEvent(mem.sample())
@@ -273,9 +284,11 @@ class RoundLoop:
         n_rounds = len(self.rounds)
         drafter_kind = self.drafter.kind if self.drafter is not None else "none"
         return Timings(
-            prompt_n=len(self.prompt),
+            prompt_n=self.prefilled - self.reused,
+            cache_n=self.reused,
             prompt_ms=prompt_ms,
-            prompt_per_second=len(self.prompt) / (prompt_ms / 1e3) if prompt_ms > 0 else 0.0,
+            prompt_per_second=(self.prefilled - self.reused) / (prompt_ms / 1e3)
+            if prompt_ms > 0 else 0.0,
             predicted_n=n,
             predicted_ms=predicted_ms,
             predicted_per_second=n / (predicted_ms / 1e3) if predicted_ms > 0 else 0.0,
@@ -299,3 +312,4 @@ class RoundLoop:
             acceptance_rule=self.rule,
             fallback=self.fallback,
         )
+

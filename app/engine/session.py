@@ -16,6 +16,7 @@ cannot run either falls back to plain decoding with a ``NoticeEvent`` and ``timi
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from app.engine import context
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
 from app.engine.drafters.full_model import FullModelDrafter
@@ -37,6 +39,8 @@ from app.engine.events import (
     Timings,
 )
 from app.engine.models import LoadedModel, load_model, make_cache, rollback_problem
+from app.engine.prompt_cache import PromptCache
+from app.engine.reuse import Turn
 from app.engine.verify import choose_rule
 from app.errors import DraftPairError, ModelLoadError, user_message
 
@@ -50,6 +54,8 @@ class Session:
         self.draft: LoadedModel | None = None
         self._warm: set[tuple[str, int]] = set()
         self._costs: dict[tuple[str, int], dict[str, float]] = {}
+        self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
+        self.dropped_turns = 0  # turns the last request left out to fit the context
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -66,6 +72,7 @@ class Session:
             raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
         self.draft = draft
         self._warm = {w for w in self._warm if w[0] != "full-model"}
+        self.prompt_cache.clear()
         return draft
 
     def unload_draft(self) -> None:
@@ -73,6 +80,7 @@ class Session:
         self._warm = {w for w in self._warm if w[0] != "full-model"}
 
     def unload(self) -> None:
+        self.prompt_cache.clear()
         self.target = None
         self.draft = None
         self._warm.clear()
@@ -90,14 +98,34 @@ class Session:
         return reasons
 
     # -- prompts ----------------------------------------------------------------------
+    def context_length(self) -> int | None:
+        assert self.target is not None
+        return context.context_length(self.target.config,
+                                      getattr(self.target.tokenizer, "model_max_length", None))
+
     def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids; refuses (or, for chats, trims by the request's policy) a
+        prompt that does not fit the model's context, before any model work."""
+        assert self.target is not None
+        self.dropped_turns = 0
+        limit = self.context_length()
+        if request.messages is not None and request.prompt_tokens is None:
+            tokens, self.dropped_turns = context.fit_messages(
+                request.messages, lambda m: self._encode(request, m), limit,
+                policy=request.context_policy)
+            return tokens
+        tokens = self._encode(request, None)
+        context.check(len(tokens), limit)
+        return tokens
+
+    def _encode(self, request: GenerationRequest, msgs: list[dict[str, str]] | None) -> list[int]:
         assert self.target is not None
         tok = self.target.tokenizer
         if request.prompt_tokens is not None:
             return [int(t) for t in request.prompt_tokens]
         messages: list[dict[str, str]] | None = None
-        if request.messages is not None:
-            messages = [dict(m) for m in request.messages]
+        if msgs is not None:
+            messages = [dict(m) for m in msgs]
         elif request.chat and request.prompt is not None:
             messages = [{"role": "user", "content": request.prompt}]
         if messages is not None:
@@ -140,6 +168,14 @@ class Session:
         prompt = self.encode(req)
         if not prompt:
             raise DraftPairError("The prompt is empty.")
+        limit = self.context_length()
+        if limit is not None and len(prompt) + req.max_tokens > limit:
+            req = dataclasses.replace(req, max_tokens=limit - len(prompt))
+            yield NoticeEvent("context-full", f"The reply can be at most {req.max_tokens} tokens: "
+                              "the model's context is full after that.")
+        if self.dropped_turns:
+            yield NoticeEvent("context-trimmed", f"The {self.dropped_turns} oldest messages were "
+                              "left out so the conversation fits the model's context.")
         kind = req.draft_kind
         fallback: str | None = None
         reason = self.available_kinds().get(kind) if kind != "none" else None
@@ -165,6 +201,8 @@ class Session:
         if isinstance(drafter, FullModelDrafter) and (kind, width) in self._costs:
             drafter.set_costs(**self._costs[(kind, width)])
         rule = choose_rule(req.sampling, stochastic_draft=kind == "full-model")
+        turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt, cache,
+                    drafter, width)
         loop = RoundLoop(
             target=self.target,
             drafter=drafter,
@@ -174,9 +212,11 @@ class Session:
             width=width,
             cancel=cancel,
             fallback=fallback,
-            cache=cache,
+            cache=turn.cache,
+            reused=turn.cache_n,
+            context=limit,
         )
-        yield from loop.run()
+        yield from turn.run(loop)
 
     def _make_drafter(self, kind: str, req: GenerationRequest) -> Drafter | None:
         assert self.target is not None

@@ -194,11 +194,16 @@ class FullModelDrafter(Drafter):
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
-        self.cache = make_cache(self.draft)
         self.policy = self._fresh_policy()
         body = prompt[:-1]
+        # a kept conversation's cache (app.engine.reuse) already holds a prefix of the prompt
+        kept, self.resume = getattr(self, "resume", None), None
+        if kept is not None and kept.tokens == body[: kept.n]:
+            self.cache, first = kept.cache, kept.n
+        else:
+            self.cache, first = make_cache(self.draft), 0
         outs: list[mx.array] = []
-        for start in range(0, len(body), self.prefill_step):
+        for start in range(first, len(body), self.prefill_step):
             chunk = mx.array(body[start : start + self.prefill_step], dtype=mx.uint32)
             self.draft.model(chunk[None], cache=self.cache)
             outs = [c.state for c in self.cache]

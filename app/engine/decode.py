@@ -81,6 +81,7 @@ class RoundLoop:
         self.eos_emitted = False
         self.reused = self.prefilled = reused
         self.context = context
+        self.boundary: int | None = None  # a prompt length where a prefill chunk must end
 
     # -- target passes ---------------------------------------------------------------
     def _forward(self, tokens: mx.array) -> mx.array:
@@ -103,7 +104,8 @@ class RoundLoop:
             return [*last, *prefill.cache_arrays(self.cache)]
 
         body = self.prompt[self.reused :]
-        for p in prefill.chunked(feed, body, self.cancel):
+        boundary = None if self.boundary is None else self.boundary - self.reused
+        for p in prefill.chunked(feed, body, self.cancel, boundary=boundary):
             self.prefilled = self.reused + p.done
             yield PrefillEvent(p.done, p.total, p.tokens_per_s, self.reused, self.context)
         if self.prefilled == len(self.prompt):

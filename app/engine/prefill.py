@@ -48,9 +48,11 @@ def chunked(
     first: int = FIRST_CHUNK,
     min_chunk: int = MIN_CHUNK,
     max_chunk: int = MAX_CHUNK,
+    boundary: int | None = None,
 ) -> Iterator[Progress]:
     """Feed ``tokens`` chunk by chunk, yielding ``Progress`` after each; stops early (without
-    feeding another chunk) once ``cancel`` is set. Every token is fed unless cancelled."""
+    feeding another chunk) once ``cancel`` is set. Every token is fed unless cancelled.
+    A chunk ends at ``boundary`` (tokens read), so the caller sees the caches exactly there."""
     import mlx.core as mx
 
     total = len(tokens)
@@ -60,7 +62,10 @@ def chunked(
     while done < total:
         if cancel is not None and cancel.is_set():
             return
-        part = tokens[done : done + size]
+        stop = done + size
+        if boundary is not None and done < boundary < stop:
+            stop = boundary
+        part = tokens[done:stop]
         started = time.perf_counter()
         mx.eval(feed(part))
         took = max(time.perf_counter() - started, 1e-6)

@@ -34,7 +34,7 @@ from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache
 ALWAYS_TRIMMABLE = (KVCache, QuantizedKVCache, ConcatenateKVCache)
 
 DEFAULT_MAX_BYTES = 2 * 2**30
-MAX_SNAPSHOTS = 4  # per state: the latest turn boundaries
+MAX_SNAPSHOTS = 6  # per state: the latest turn boundaries
 PRESSURE_FRACTION = 0.92  # system memory use at which kept conversations are dropped
 
 

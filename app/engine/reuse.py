@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from app.engine.events import Event, MemoryEvent, StatusEvent
+from app.engine.events import Event, MemoryEvent, PrefillEvent, StatusEvent
 from app.engine.prompt_cache import CachedState, Conversation, PromptCache, Reuse, signature
 
 
@@ -63,6 +63,13 @@ class Turn:
     def cache_n(self) -> int:
         return self.reuse.cache_n
 
+    def prepare(self, loop: Any) -> Any:
+        """Set up ``loop`` so a regenerated reply can reuse the whole prompt: caches that only
+        rewind to snapshots get one just before the prompt's last token."""
+        if self.store is not None and self.state.needs_snapshots:
+            loop.boundary = len(self.prompt) - 1
+        return loop
+
     def _prompt_read(self, loop: Any) -> None:
         self.state.tokens = self.prompt[: getattr(loop, "prefilled", len(self.prompt))]
         self.state.snapshot()
@@ -78,6 +85,9 @@ class Turn:
             for ev in loop.run():
                 if isinstance(ev, StatusEvent) and ev.stage == "decoding":
                     self._prompt_read(loop)
+                elif isinstance(ev, PrefillEvent) and loop.prefilled == loop.boundary:
+                    self.state.tokens = self.prompt[: loop.prefilled]
+                    self.state.snapshot()
                 elif isinstance(ev, MemoryEvent) and self.store is not None:
                     s = ev.sample
                     self.store.relieve(s.system_used_fraction, s.pressure)

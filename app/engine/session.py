@@ -216,7 +216,7 @@ class Session:
             reused=turn.cache_n,
             context=limit,
         )
-        yield from turn.run(loop)
+        yield from turn.run(turn.prepare(loop))
 
     def _make_drafter(self, kind: str, req: GenerationRequest) -> Drafter | None:
         assert self.target is not None

@@ -1,0 +1,177 @@
+"""Long conversations: time to first token per turn with and without prompt-cache reuse, and
+how long a Stop takes during a long prompt.
+
+    python -m app.bench.long_chat [--model demo] [--turns 6] [--repeats 2] [--stop-tokens 5000]
+
+A scripted chat (each user turn pastes a paragraph and asks about it) runs with reuse off and
+on, alternating, greedy, so both see the same prompts; TTFT, prompt tokens processed
+(``prompt_n``) and reused (``cache_n``) are printed for every turn (medians over repeats).
+Then a prompt of ``--stop-tokens`` tokens is started and stopped after a delay: the time from
+Stop to the engine being idle is compared with what the old one-pass prefill could not stop
+(the whole prompt read). The CPU time other processes used meanwhile is printed: on a shared
+machine compare ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+
+PARAGRAPH = (
+    "Our team moved the nightly build from a single large machine to a pool of small ones. "
+    "Builds now start sooner, but the cache of compiled objects is no longer shared, so a "
+    "clean build takes longer than before and the first build of the day is the slowest. "
+    "We are considering a shared cache server, a warm-up job at six in the morning, or "
+    "keeping one large machine for the first build only. "
+)
+QUESTIONS = [
+    "Summarise this note in two sentences.",
+    "What is the main trade-off it describes?",
+    "Which of the three options would you pick, and why?",
+    "Rewrite the note for a non-technical manager.",
+    "List two risks of the shared cache server.",
+    "Suggest a title for the note.",
+    "What should we measure first?",
+    "Write one follow-up question for the team.",
+]
+
+
+def _other_cores(r0, r1) -> float:
+    wall = max(r1.t - r0.t, 1e-9)
+    return max(0.0, ((r1.machine_busy_s - r0.machine_busy_s) - (r1.own_s - r0.own_s)) / wall)
+
+
+def conversation(session, turns: int, reuse: bool, max_tokens: int) -> list[dict]:
+    from app.engine.events import DoneEvent, GenerationRequest
+
+    session.prompt_cache.clear()
+    msgs: list[dict] = []
+    rows = []
+    for i in range(turns):
+        msgs.append({"role": "user", "content": f"{PARAGRAPH}\n\n{QUESTIONS[i % len(QUESTIONS)]}"})
+        done = None
+        for ev in session.generate(GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens,
+                                                     reuse_cache=reuse)):
+            if isinstance(ev, DoneEvent):
+                done = ev
+        assert done is not None and done.finish_reason != "error", done
+        msgs.append({"role": "assistant", "content": done.text})
+        t = done.timings
+        rows.append({"turn": i + 1, "ttft_ms": t.ttft_ms, "prompt_n": t.prompt_n,
+                     "cache_n": t.cache_n, "tokens": list(done.token_ids)})
+    session.prompt_cache.clear()
+    return rows
+
+
+def stop_to_idle(session, n_tokens: int, delay_s: float) -> dict:
+    """Start a prompt of ``n_tokens``, press Stop after ``delay_s``: seconds until idle."""
+    from app.engine.events import DoneEvent, GenerationRequest, PrefillEvent
+
+    text = (PARAGRAPH * (n_tokens // 60 + 2))
+    ids = session.target.tokenizer.encode(text)[:n_tokens]
+    cancel = threading.Event()
+    out: dict = {}
+
+    def work() -> None:
+        for ev in session.generate(GenerationRequest(prompt_tokens=tuple(ids), max_tokens=4),
+                                   cancel=cancel):
+            if isinstance(ev, PrefillEvent):
+                out["read"] = ev.done
+            if isinstance(ev, DoneEvent):
+                out["done_at"] = time.perf_counter()
+                out["finish"] = ev.finish_reason
+                out["prompt_ms"] = ev.timings.prompt_ms
+
+    th = threading.Thread(target=work)
+    th.start()
+    time.sleep(delay_s)
+    t_stop = time.perf_counter()
+    cancel.set()
+    th.join()
+    return {"delay_s": delay_s, "stop_to_idle_ms": (out["done_at"] - t_stop) * 1e3,
+            "read_tokens": out.get("read", 0), "finish": out["finish"]}
+
+
+def one_pass_prefill_ms(session, n_tokens: int, step: int = 2048) -> float:
+    """The old prefill: 2048-token steps with no Stop between them (time to read it all)."""
+    import mlx.core as mx
+
+    from app.engine.models import make_cache
+
+    ids = session.target.tokenizer.encode(PARAGRAPH * (n_tokens // 60 + 2))[:n_tokens]
+    cache = make_cache(session.target)
+    t0 = time.perf_counter()
+    for s in range(0, len(ids), step):
+        out = session.target.model(mx.array(ids[s : s + step])[None], cache=cache)
+        mx.eval(out, [c.state for c in cache])
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    from app.bench.contention import read_now
+    from app.engine.session import Session
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="demo")
+    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--stop-tokens", type=int, default=5000)
+    p.add_argument("--stop-delays", type=float, nargs="+", default=[1.0, 3.0])
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    session = Session()
+    session.load_target(args.model)
+    conversation(session, 1, False, 4)  # warm-up, not timed
+    r0 = read_now()
+    runs: dict[bool, list[list[dict]]] = {False: [], True: []}
+    for _ in range(args.repeats):
+        for reuse in (False, True):
+            runs[reuse].append(conversation(session, args.turns, reuse, args.max_tokens))
+    identical = all(a["tokens"] == b["tokens"] for x, y in zip(runs[False], runs[True])
+                    for a, b in zip(x, y))
+    r1 = read_now()
+    stops = [stop_to_idle(session, args.stop_tokens, d) for d in args.stop_delays]
+    old_ms = one_pass_prefill_ms(session, args.stop_tokens)
+    r2 = read_now()
+
+    def med(reuse: bool, turn: int, key: str) -> float:
+        return statistics.median(r[turn - 1][key] for r in runs[reuse])
+
+    table = []
+    for turn in range(1, args.turns + 1):
+        off, on = med(False, turn, "ttft_ms"), med(True, turn, "ttft_ms")
+        table.append({"turn": turn, "ttft_off_ms": round(off), "ttft_on_ms": round(on),
+                      "ratio": round(off / on, 2) if on else None,
+                      "prompt_n_off": int(med(False, turn, "prompt_n")),
+                      "prompt_n_on": int(med(True, turn, "prompt_n")),
+                      "cache_n_on": int(med(True, turn, "cache_n"))})
+    result = {"model": args.model, "turns": table, "identical": identical,
+              "stop": stops, "one_pass_prefill_ms": round(old_ms),
+              "other_cores_chat": round(_other_cores(r0, r1), 2),
+              "other_cores_stop": round(_other_cores(r1, r2), 2)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"model {args.model}; other processes used {result['other_cores_chat']} cores "
+          f"during the chat runs, {result['other_cores_stop']} during the Stop runs")
+    print("turn | TTFT reuse off | TTFT reuse on | off/on | prompt_n off | prompt_n on | cache_n on")
+    for r in table:
+        print(f"{r['turn']:>4} | {r['ttft_off_ms']:>11} ms | {r['ttft_on_ms']:>10} ms | "
+              f"{r['ratio']:>5}x | {r['prompt_n_off']:>12} | {r['prompt_n_on']:>11} | "
+              f"{r['cache_n_on']:>10}")
+    print(f"outputs identical with and without reuse: {identical}")
+    for s in stops:
+        print(f"Stop after {s['delay_s']:.1f} s of a {args.stop_tokens}-token prompt: idle "
+              f"{s['stop_to_idle_ms']:.0f} ms later ({s['read_tokens']} tokens read, "
+              f"{s['finish']})")
+    print(f"the old one-pass prefill of the same prompt: {old_ms:.0f} ms, not stoppable")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -247,3 +247,23 @@ def test_plain_checkpoint_builder_still_matches(tmp_path):
     s = Session()
     s.load_target(folder)
     assert s.context_length() == 512
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_two_chats_with_one_system_prompt_keep_their_own_states(sessions, keyed):
+    s = sessions["llama"]
+    s.prompt_cache.clear()
+    kw = dict(max_tokens=8, reuse_cache=True, system_prompt="You are a helpful assistant.")
+    a = [{"role": "user", "content": TURNS[1]}]
+    b = [{"role": "user", "content": TURNS[2]}]
+    a1, _ = ask(s, a, conversation="a" if keyed else None, **kw)
+    b1, _ = ask(s, b, conversation="b" if keyed else None, **kw)
+    assert b1.timings.cache_n > 0  # the shared system prompt is reused...
+    a += [{"role": "assistant", "content": a1.text}, {"role": "user", "content": TURNS[3]}]
+    a2, _ = ask(s, a, conversation="a" if keyed else None, **kw)
+    # ...without destroying chat a's state: its second turn reuses its whole first prompt
+    assert a2.timings.cache_n >= a1.timings.prompt_n - 1
+    fresh, _ = ask(s, a, max_tokens=8, system_prompt="You are a helpful assistant.")
+    assert a2.token_ids == fresh.token_ids
+    assert len(s.prompt_cache) == 2
+    s.prompt_cache.clear()

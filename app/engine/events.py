@@ -55,6 +55,7 @@ class GenerationRequest:
     ngram_max: int = 3
     adaptive: bool = True  # prompt lookup: pause proposing while it does not pay
     reuse_cache: bool = False  # continue from a kept conversation state (chat turns)
+    conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
     context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
     memory_interval_s: float = 0.25
 

@@ -172,9 +172,18 @@ class Conversation:
     model_key: tuple
     target: CachedState
     drafters: dict[str, CachedState] = field(default_factory=dict)
+    key: str | None = None  # the conversation it belongs to (None: keyed by tokens only)
 
     def nbytes(self) -> int:
         return self.target.nbytes() + sum(d.nbytes() for d in self.drafters.values())
+
+    def fork(self) -> Conversation:
+        """An independent copy (the snapshots are never written to, so they are shared)."""
+        def dup(s: CachedState) -> CachedState:
+            return CachedState(list(s.tokens), copy.deepcopy(s.cache), list(s.snapshots))
+
+        return Conversation(self.model_key, dup(self.target),
+                            {k: dup(v) for k, v in self.drafters.items()}, self.key)
 
 
 @dataclass
@@ -206,20 +215,37 @@ class PromptCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def take(self, model_key: tuple, prompt: list[int], draft_key: str | None = None) -> Reuse:
-        """Take out the kept conversation sharing the longest prefix with ``prompt`` and
-        rewind it there (at least one prompt token is always left to feed)."""
+    def take(self, model_key: tuple, prompt: list[int], draft_key: str | None = None,
+             conversation: str | None = None) -> Reuse:
+        """The kept state sharing the longest prefix with ``prompt``, rewound there (at least
+        one prompt token is always left to feed).
+
+        The entry of the same ``conversation`` is taken out and rewound in place (an edit or
+        a regeneration replaces what followed). Any other entry is taken out when the prompt
+        keeps at least half of it (the next turn of a chat sent without a key); when the prompt
+        shares less (another chat with the same system prompt) it is copied, so the original
+        stays usable."""
         best, best_n = None, 0
         for eid, entry in self._entries.items():
             if entry.model_key != model_key:
                 continue
             n = common_prefix(entry.target.tokens, prompt)
-            if n > best_n:
+            own = conversation is not None and entry.key == conversation
+            if own or n > best_n:
                 best, best_n = eid, n
-        if best is None:
+            if own:
+                break
+        if best is None or best_n == 0:
             return Reuse(None)
-        entry = self._entries.pop(best)
-        reached = entry.target.rewind(min(best_n, len(prompt) - 1))
+        entry = self._entries[best]
+        limit = min(best_n, len(prompt) - 1)
+        own = conversation is not None and entry.key == conversation
+        if own or 2 * limit >= entry.target.n:
+            del self._entries[best]
+        else:
+            entry = entry.fork()
+        entry.key = conversation
+        reached = entry.target.rewind(limit)
         if reached == 0:
             return Reuse(None)
         draft = entry.drafters.pop(draft_key, None) if draft_key else None
@@ -232,6 +258,9 @@ class PromptCache:
     def put(self, entry: Conversation) -> None:
         if entry.target.n == 0:
             return
+        if entry.key is not None:  # one state per conversation: the newest
+            for eid in [i for i, e in self._entries.items() if e.key == entry.key]:
+                del self._entries[eid]
         self._ids += 1
         self._entries[self._ids] = entry
         self._fit()

@@ -1,6 +1,6 @@
 """One request's use of the prompt cache: what it takes out, and what it puts back.
 
-``Turn.start`` finds the kept conversation sharing the longest prefix with the prompt and hands
+``Turn(...)`` finds the kept conversation sharing the longest prefix with the prompt and hands
 the round loop a cache that already holds it (``cache_n`` tokens the target does not read
 again) and, for a drafter with its own model cache, that cache rewound the same way.
 ``Turn.run(loop)`` passes the loop's events through; when the prompt has been read it marks a
@@ -41,13 +41,15 @@ def reusable(drafter: Any) -> bool:
 
 class Turn:
     def __init__(self, store: PromptCache | None, target: Any, prompt: list[int],
-                 fresh_cache: list[Any], drafter: Any = None, width: int = 0):
+                 fresh_cache: list[Any], drafter: Any = None, width: int = 0,
+                 conversation: str | None = None):
         self.store = store if store is not None and reusable(drafter) else None
         self.prompt = list(prompt)
         self.key = model_key(target, fresh_cache)
         self.draft_key = draft_key(drafter, width)
         self.drafter = drafter
-        self.reuse = (self.store.take(self.key, self.prompt, self.draft_key)
+        self.conversation = conversation
+        self.reuse = (self.store.take(self.key, self.prompt, self.draft_key, conversation)
                       if self.store is not None else Reuse(None))
         conv = self.reuse.conversation
         self.state = conv.target if conv is not None else CachedState([], fresh_cache)
@@ -108,7 +110,7 @@ class Turn:
         if self.state.settle(committed) == 0:
             return
         self.state.snapshot()
-        conv = Conversation(self.key, self.state)
+        conv = Conversation(self.key, self.state, key=self.conversation)
         if self.draft_state is not None and self.draft_key is not None:
             if self.draft_state.settle(self.draft_state.tokens) > 0:
                 conv.drafters[self.draft_key] = self.draft_state

@@ -202,7 +202,7 @@ class Session:
             drafter.set_costs(**self._costs[(kind, width)])
         rule = choose_rule(req.sampling, stochastic_draft=kind == "full-model")
         turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt, cache,
-                    drafter, width)
+                    drafter, width, req.conversation)
         loop = RoundLoop(
             target=self.target,
             drafter=drafter,

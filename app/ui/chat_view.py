@@ -552,6 +552,10 @@ class ChatView(QWidget):
                 temperature=self.temp_spin.value(), top_p=self.top_p_spin.value()
             ),
             max_tokens=self.max_spin.value(),
+            # later turns continue from the kept state of this chat (only new tokens are read)
+            reuse_cache=True,
+            conversation=f"chat-{self.conv_id}",
+            context_policy=self.settings.context_policy,
         )
 
     def _start_reply(self) -> None:

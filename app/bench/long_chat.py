@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         for reuse in (False, True):
             runs[reuse].append(conversation(session, args.turns, reuse, args.max_tokens))
-    identical = all(a["tokens"] == b["tokens"] for x, y in zip(runs[False], runs[True])
-                    for a, b in zip(x, y))
+    identical = all(a["tokens"] == b["tokens"] for x, y in zip(runs[False], runs[True], strict=True)
+                    for a, b in zip(x, y, strict=True))
     r1 = read_now()
     stops = [stop_to_idle(session, args.stop_tokens, d) for d in args.stop_delays]
     old_ms = one_pass_prefill_ms(session, args.stop_tokens)

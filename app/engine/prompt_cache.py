@@ -33,7 +33,8 @@ from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache
 # cache kinds whose trim is exact at any length (everything else is snapshotted)
 ALWAYS_TRIMMABLE = (KVCache, QuantizedKVCache, ConcatenateKVCache)
 
-DEFAULT_MAX_BYTES = 2 * 2**30
+DEFAULT_MAX_BYTES = 2 * 2**30  # at most; and at most this share of the machine's memory:
+DEFAULT_MEMORY_SHARE = 0.15
 MAX_SNAPSHOTS = 6  # per state: the latest turn boundaries
 PRESSURE_FRACTION = 0.92  # system memory use at which kept conversations are dropped
 
@@ -77,6 +78,12 @@ def _trimmable_now(c: Any, n: int) -> bool:
         return True
     # a sliding window trims exactly until it wraps; mlx-lm says so through is_trimmable
     return type(c).__name__ == "RotatingKVCache" and c.is_trimmable() and n <= int(c.offset)
+
+
+def default_budget() -> int:
+    import psutil
+
+    return int(min(DEFAULT_MAX_BYTES, DEFAULT_MEMORY_SHARE * psutil.virtual_memory().total))
 
 
 @dataclass
@@ -198,8 +205,8 @@ class Reuse:
 class PromptCache:
     """Kept conversation states, least recently used dropped first beyond ``max_bytes``."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, max_entries: int = 8):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int | None = None, max_entries: int = 8):
+        self.max_bytes = default_budget() if max_bytes is None else max_bytes
         self.max_entries = max_entries
         self._entries: OrderedDict[int, Conversation] = OrderedDict()
         self._ids = 0

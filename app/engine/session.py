@@ -76,6 +76,7 @@ class Session:
         return draft
 
     def unload_draft(self) -> None:
+        self.prompt_cache.clear()
         self.draft = None
         self._warm = {w for w in self._warm if w[0] != "full-model"}
 

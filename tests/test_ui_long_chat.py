@@ -64,3 +64,22 @@ def test_second_turn_reuses_the_first_and_says_so(qtbot, window):
     assert run.prompt_cache_bytes > 0 and run.context[0] >= t.prompt_n + t.cache_n
     window.chat.panels.refresh(force_labels=True)
     assert "kept chats" in window.chat.panels.mem_label.text()
+
+
+def test_context_meter_and_policy_choice(qtbot, window):
+    chat = window.chat
+    assert chat.context_meter.limit == 2048  # the tiny checkpoint's config
+    done, _ = _send(qtbot, window, "Hello! How can I help you today?")
+    t = done.timings
+    assert chat.context_meter.used == t.prompt_n + t.cache_n + t.predicted_n
+    assert f"{chat.context_meter.used:,} / 2,048" in chat.context_meter.text()
+    combo = chat.reply_settings.policy_combo
+    combo.setCurrentIndex(combo.findData("drop-oldest"))
+    assert window.ctx.settings.context_policy == "drop-oldest"
+    assert chat.build_request().context_policy == "drop-oldest"
+    # a new chat shows no use yet; going back shows the last reply's
+    first = chat.conv_id
+    chat.new_conversation()
+    assert chat.context_meter.used == 0
+    chat._on_conv_selected(first)
+    assert chat.context_meter.used == t.prompt_n + t.cache_n + t.predicted_n

@@ -49,6 +49,7 @@ class ModelState:
     kinds: dict[str, str | None] = field(default_factory=dict)  # kind -> None or reason
     load_seconds: float = 0.0
     has_chat_template: bool = True
+    context_length: int | None = None  # tokens the target takes (prompt + reply)
 
 
 class EngineWorker(QObject):
@@ -89,6 +90,7 @@ class EngineWorker(QObject):
             kinds=dict(s.available_kinds()),
             load_seconds=t.load_seconds + (d.load_seconds if d is not None else 0.0),
             has_chat_template=bool(getattr(t.tokenizer, "chat_template", None)),
+            context_length=s.context_length(),
         )
 
     @Slot(str, str)

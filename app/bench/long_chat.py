@@ -7,8 +7,9 @@ A scripted chat (each user turn pastes a paragraph and asks about it) runs with 
 on, alternating, greedy, so both see the same prompts; TTFT, prompt tokens processed
 (``prompt_n``) and reused (``cache_n``) are printed for every turn (medians over repeats).
 Then a prompt of ``--stop-tokens`` tokens is started and stopped after a delay: the time from
-Stop to the engine being idle is compared with what the old one-pass prefill could not stop
-(the whole prompt read). The CPU time other processes used meanwhile is printed: on a shared
+Stop to the engine being idle (the old one-pass prefill stopped only after reading it all).
+``read`` compares reading a whole prompt in timed chunks with one pass (the price of a Stop
+that acts at once). The CPU time other processes used meanwhile is printed: on a shared
 machine compare ratios, not absolute times.
 """
 
@@ -110,6 +111,27 @@ def one_pass_prefill_ms(session, n_tokens: int, step: int = 2048) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def full_read_ms(session, n_tokens: int) -> tuple[float, float]:
+    """Reading a whole ``n_tokens`` prompt: chunked (as the engine does) vs one pass."""
+    import mlx.core as mx
+
+    from app.engine import prefill
+    from app.engine.models import make_cache
+
+    ids = session.target.tokenizer.encode(PARAGRAPH * (n_tokens // 60 + 2))[:n_tokens]
+    cache = make_cache(session.target)
+
+    def feed(part):
+        return [session.target.model(mx.array(part)[None], cache=cache),
+                *prefill.cache_arrays(cache)]
+
+    t0 = time.perf_counter()
+    for _ in prefill.chunked(feed, ids):
+        pass
+    chunked_ms = (time.perf_counter() - t0) * 1e3
+    return chunked_ms, one_pass_prefill_ms(session, n_tokens)
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.bench.contention import read_now
     from app.engine.session import Session
@@ -121,23 +143,63 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--stop-tokens", type=int, default=5000)
     p.add_argument("--stop-delays", type=float, nargs="+", default=[1.0, 3.0])
+    p.add_argument("--read-tokens", type=int, default=2000,
+                   help="prompt length for the chunked vs one-pass reading time")
+    p.add_argument("--parts", nargs="+", choices=("chat", "stop", "read"),
+                   default=["chat", "stop", "read"])
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
     session = Session()
     session.load_target(args.model)
     conversation(session, 1, False, 4)  # warm-up, not timed
-    r0 = read_now()
+    result: dict = {"model": args.model}
+    out = (lambda *a: None) if args.json else print
+    if "chat" in args.parts:
+        r0 = read_now()
+        result.update(chat_part(session, args))
+        result["other_cores_chat"] = round(_other_cores(r0, read_now()), 2)
+        out(f"model {args.model}; other processes used {result['other_cores_chat']} cores "
+            "during the chat runs")
+        out("turn | TTFT reuse off | TTFT reuse on | off/on | prompt_n off | prompt_n on | "
+            "cache_n on")
+        for r in result["turns"]:
+            out(f"{r['turn']:>4} | {r['ttft_off_ms']:>11} ms | {r['ttft_on_ms']:>10} ms | "
+                f"{r['ratio']:>5}x | {r['prompt_n_off']:>12} | {r['prompt_n_on']:>11} | "
+                f"{r['cache_n_on']:>10}")
+        out(f"outputs identical with and without reuse: {result['identical']}")
+    if "stop" in args.parts:
+        r0 = read_now()
+        result["stop"] = [stop_to_idle(session, args.stop_tokens, d) for d in args.stop_delays]
+        result["other_cores_stop"] = round(_other_cores(r0, read_now()), 2)
+        for st in result["stop"]:
+            out(f"Stop after {st['delay_s']:.1f} s of a {args.stop_tokens}-token prompt: idle "
+                f"{st['stop_to_idle_ms']:.0f} ms later ({st['read_tokens']} tokens read, "
+                f"{st['finish']}); other processes used {result['other_cores_stop']} cores")
+    if "read" in args.parts:
+        r0 = read_now()
+        pairs = [full_read_ms(session, args.read_tokens) for _ in range(args.repeats)]
+        result["read"] = {"tokens": args.read_tokens,
+                          "chunked_ms": round(statistics.median(p[0] for p in pairs)),
+                          "one_pass_ms": round(statistics.median(p[1] for p in pairs)),
+                          "other_cores": round(_other_cores(r0, read_now()), 2)}
+        rd = result["read"]
+        out(f"reading a {rd['tokens']}-token prompt: {rd['chunked_ms']} ms in timed chunks, "
+            f"{rd['one_pass_ms']} ms in one pass (median of {args.repeats}); other processes "
+            f"used {rd['other_cores']} cores")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+def chat_part(session, args) -> dict:
     runs: dict[bool, list[list[dict]]] = {False: [], True: []}
     for _ in range(args.repeats):
         for reuse in (False, True):
             runs[reuse].append(conversation(session, args.turns, reuse, args.max_tokens))
-    identical = all(a["tokens"] == b["tokens"] for x, y in zip(runs[False], runs[True], strict=True)
+    identical = all(a["tokens"] == b["tokens"]
+                    for x, y in zip(runs[False], runs[True], strict=True)
                     for a, b in zip(x, y, strict=True))
-    r1 = read_now()
-    stops = [stop_to_idle(session, args.stop_tokens, d) for d in args.stop_delays]
-    old_ms = one_pass_prefill_ms(session, args.stop_tokens)
-    r2 = read_now()
 
     def med(reuse: bool, turn: int, key: str) -> float:
         return statistics.median(r[turn - 1][key] for r in runs[reuse])
@@ -150,28 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                       "prompt_n_off": int(med(False, turn, "prompt_n")),
                       "prompt_n_on": int(med(True, turn, "prompt_n")),
                       "cache_n_on": int(med(True, turn, "cache_n"))})
-    result = {"model": args.model, "turns": table, "identical": identical,
-              "stop": stops, "one_pass_prefill_ms": round(old_ms),
-              "other_cores_chat": round(_other_cores(r0, r1), 2),
-              "other_cores_stop": round(_other_cores(r1, r2), 2)}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"model {args.model}; other processes used {result['other_cores_chat']} cores "
-          f"during the chat runs, {result['other_cores_stop']} during the Stop runs")
-    print("turn | TTFT reuse off | TTFT reuse on | off/on | prompt_n off | prompt_n on | cache_n on")
-    for r in table:
-        print(f"{r['turn']:>4} | {r['ttft_off_ms']:>11} ms | {r['ttft_on_ms']:>10} ms | "
-              f"{r['ratio']:>5}x | {r['prompt_n_off']:>12} | {r['prompt_n_on']:>11} | "
-              f"{r['cache_n_on']:>10}")
-    print(f"outputs identical with and without reuse: {identical}")
-    for s in stops:
-        print(f"Stop after {s['delay_s']:.1f} s of a {args.stop_tokens}-token prompt: idle "
-              f"{s['stop_to_idle_ms']:.0f} ms later ({s['read_tokens']} tokens read, "
-              f"{s['finish']})")
-    print(f"the old one-pass prefill of the same prompt: {old_ms:.0f} ms, not stoppable")
-    return 0
-
+    return {"turns": table, "identical": identical}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 TARGET_S = 0.25
-FIRST_CHUNK = 64
+FIRST_CHUNK = 32
 MIN_CHUNK = 32
 MAX_CHUNK = 2048
 

@@ -83,3 +83,23 @@ def test_context_meter_and_policy_choice(qtbot, window):
     assert chat.context_meter.used == 0
     chat._on_conv_selected(first)
     assert chat.context_meter.used == t.prompt_n + t.cache_n + t.predicted_n
+
+
+def test_live_panels_show_prompt_progress_for_each_run(qtbot):
+    """Compare and Chat share the live panels: every run shows its own reading progress."""
+    from app.ui.live import LiveRun
+    from app.ui.panels import LivePanels
+
+    panels = LivePanels()
+    qtbot.addWidget(panels)
+    off, on = LiveRun(label="off"), LiveRun(label="on")
+    panels.set_runs([(off, "off", "#888888"), (on, "on", "#3366cc")])
+    off.on_stage("prefill")
+    off.on_prefill(256, 5000, 812.0, 0, 8192)
+    on.on_prefill(5000, 5000, 900.0, 0, 8192)
+    on.on_token("Hi", False)
+    panels.refresh(force_labels=True)
+    text = panels.rate_label.text()
+    assert "off: reading the prompt: 256 / 5,000 tokens · 812 tok/s" in text
+    assert "on: 1 tokens" in text and "on: reading" not in text
+    panels.stop()

@@ -100,8 +100,9 @@ class RoundLoop:
         last: list[mx.array] = []
 
         def feed(part: list[int]) -> list[mx.array]:
+            # the logits stay lazy: only the last chunk's are ever computed (for ``carry``)
             last[:] = [self._forward(mx.array(part, dtype=mx.uint32))[-1:]]
-            return [*last, *prefill.cache_arrays(self.cache)]
+            return prefill.cache_arrays(self.cache)
 
         body = self.prompt[self.reused :]
         boundary = None if self.boundary is None else self.boundary - self.reused

@@ -50,7 +50,7 @@ def _configs(vocab: int, eos: int) -> dict[str, dict]:
                    "num_hidden_layers": 2, "layer_norm_epsilon": 1e-5, "conv_kernel": 4,
                    "n_groups": 1, "use_bias": False, "use_conv_bias": True,
                    "time_step_limit": [0.0, 1e9], "time_step_rank": "auto"},
-        # Mamba v1: no covered recurrence -> the snapshot-and-replay strategy
+        # Mamba v1: the state advances one token at a time (ssm_step)
         "mamba": {**base, "model_type": "mamba", "hidden_size": 32, "intermediate_size": 64,
                   "state_size": 8, "num_hidden_layers": 2, "conv_kernel": 4,
                   "use_bias": False, "use_conv_bias": True, "time_step_rank": 4},

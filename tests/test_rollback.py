@@ -28,7 +28,7 @@ ROLLBACK_FAMILIES = ["qwen3_5", "qwen3_next", "nemotron_h", "mamba2", "mamba", "
                      "qwen3"]
 METHOD = {"qwen3_5": rollback.CAPTURE, "qwen3_next": rollback.CAPTURE,
           "nemotron_h": rollback.CAPTURE,
-          "mamba2": rollback.CAPTURE, "mamba": rollback.REPLAY,
+          "mamba2": rollback.CAPTURE, "mamba": rollback.CAPTURE,
           "gemma3_text": rollback.WINDOW, "llama": rollback.TRIM, "qwen3": rollback.TRIM}
 
 
@@ -111,11 +111,19 @@ def test_greedy_identity_without_fallback(family_dirs, family):
     assert {0, 4} <= set(accepted) and len(accepted) >= 3, accepted  # varied rejections
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h", "mamba2", "mamba",
-                                    "gemma3_text", "llama"])
-def test_rewound_cache_equals_fresh_prefill(family_dirs, family):
+@pytest.mark.parametrize(("family", "method"), [
+    ("qwen3_5", None), ("nemotron_h", None), ("mamba2", None), ("mamba", None),
+    ("gemma3_text", None), ("llama", None),
+    # the generic strategy other recurrent families (RWKV-7, LFM2...) get
+    ("qwen3_5", rollback.REPLAY), ("mamba", rollback.REPLAY),
+])
+def test_rewound_cache_equals_fresh_prefill(family_dirs, family, method):
     target_dir, draft_dir = family_dirs[family]
     target, draft = load_model(target_dir), load_model(draft_dir)
+    if method is not None:
+        target.extra["rollback"] = rollback.Rollback(target.model, make_cache(target),
+                                                     method=method)
+    assert rollback.for_target(target).method == (method or METHOD[family])
     prompt = target.tokenizer.encode(PROMPT)
     loop = RoundLoop(target=target, prompt=prompt,
                      drafter=FullModelDrafter(draft, target_vocab=target.vocab_size),
@@ -128,6 +136,11 @@ def test_rewound_cache_equals_fresh_prefill(family_dirs, family):
             _check_against_fresh_prefill(loop)
             checked += 1
     assert checked >= 2
+    plain = RoundLoop(target=target, prompt=prompt, drafter=None,
+                      request=GenerationRequest(max_tokens=32, memory_interval_s=1e9),
+                      rule=RULE_GREEDY, width=0, cancel=None)
+    list(plain.run())
+    assert loop.output == plain.output
 
 
 def test_check_catches_a_missing_rebuild(family_dirs, monkeypatch):

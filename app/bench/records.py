@@ -15,10 +15,11 @@ PEER_SPEC = "mlx-lm speculative"
 
 @dataclass(frozen=True)
 class Condition:
-    name: str  # "off", a draft kind, or a peer row
-    engine: str  # "draftpair" | "mlx-lm"
-    draft_kind: str  # "none" | "prompt-lookup" | "full-model"
+    name: str  # "off", a draft kind, a peer row or "remote HOST:PORT"
+    engine: str  # "draftpair" | "mlx-lm" | "remote"
+    draft_kind: str  # "none" | "prompt-lookup" | "full-model" | "remote"
     width: int
+    url: str = ""  # a remote endpoint's address
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ def _num(v: Any) -> Any:
     return round(v, 4) if isinstance(v, float) else v
 
 
-def _f(v: float | None, fmt: str = ".2f", suffix: str = "") -> str:
-    return "-" if v is None else f"{v:{fmt}}{suffix}"
+def _f(v: float | None, fmt: str = ".2f", suffix: str = "", missing: str = "-") -> str:
+    return missing if v is None else f"{v:{fmt}}{suffix}"
 
 
 def _identity(d: dict[str, Any] | None) -> str:
@@ -120,11 +120,12 @@ def markdown(report: BenchReport) -> str:
         for r in rows:
             verdict = r["verdict"] + (f" (n={r['runs']})" if r["condition"] != "off" else "")
             flag = " ⚠" if r["flagged_runs"] else ""
+            na = "unknown" if r["engine"] == "remote" else "-"  # not reported by the endpoint
             lines.append(
                 f"| {r['task_id']} | {r['task_kind']} | {r['condition']}{flag} | "
                 f"{_f(r['decode_tps'], '.1f')} | {_f(r['speedup'], '.2f', 'x')} | {verdict} | "
-                f"{_f(r['accept_len_mean'])} | {_f(r['tokens_per_verify'])} | "
-                f"{_f(r['prompt_per_second'], '.0f')} | {_f(r['ttft_ms'], '.0f')} | "
+                f"{_f(r['accept_len_mean'], missing=na)} | {_f(r['tokens_per_verify'], missing=na)} | "
+                f"{_f(r['prompt_per_second'], '.0f', missing=na)} | {_f(r['ttft_ms'], '.0f')} | "
                 f"{_identity(r['identity_vs_off']) if temp == 0 else '-'} |"
             )
         lines.append("")

@@ -1,8 +1,10 @@
 """Run the suite: every task x temperature x condition, N repeats, interleaved, judged.
 
 Method:
-- conditions: ``off`` (DraftPair plain), each draft kind the pair supports at its width, and
-  the peer rows ``mlx-lm plain`` / ``mlx-lm speculative`` on the same loaded weights;
+- conditions: ``off`` (DraftPair plain), each draft kind the pair supports at its width, the
+  peer rows ``mlx-lm plain`` / ``mlx-lm speculative`` on the same loaded weights, and a
+  ``remote HOST:PORT`` row per endpoint given (any OpenAI-compatible server, fed the task's
+  chat messages; its figures are what it reports, unknown ones stay None);
 - one warm-up request per condition and temperature before measuring (not recorded);
 - for each task and temperature the repeats run back to back, conditions interleaved and the
   order reversed every other repeat (A B C, C B A, ...), so drift of the machine hits every
@@ -52,6 +54,8 @@ class BenchConfig:
     contention_interval_s: float = 2.0
     max_reruns: int = 1
     seed: int = 0
+    remotes: tuple[str, ...] = ()  # OpenAI-compatible endpoints, one bench row each
+    remote_api_key: str | None = None
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
@@ -117,6 +121,7 @@ def run_bench(
         session = _load_session(config)
     conditions, skipped = plan_conditions(session, config)
     prompts = {t.id: _encode(session, t) for t in tasks}
+    chats = {t.id: t.messages for t in tasks}
     environment = collect_environment({"target": session.target, "draft": session.draft})
     report = BenchReport(
         config=config.to_dict(),
@@ -138,14 +143,16 @@ def run_bench(
         interval_s=config.contention_interval_s, threshold_cores=config.contention_threshold
     ) as sampler:
         # warm-up: first-use costs (allocations, verify widths) are not measured
-        warm_prompt = min(prompts.values(), key=len)
+        warm_id = min(prompts, key=lambda i: len(prompts[i]))
+        warm_prompt = prompts[warm_id]
         streak = 0  # measured runs in a row flagged for contention
         for temp in config.temperatures:
             for cond in conditions:
                 if cancel.is_set():
                     break
                 say(Progress(done, total, f"warm-up {cond.name} T={temp:g}"))
-                _execute(session, cond, warm_prompt, WARMUP_TOKENS, temp, config.seed, cancel)
+                _execute(session, cond, warm_prompt, WARMUP_TOKENS, temp, config.seed, cancel,
+                         chats[warm_id], config.remote_api_key)
                 done += 1
         for task in tasks:
             for temp in config.temperatures:
@@ -163,7 +170,8 @@ def run_bench(
                             start = read_now()
                             out = _execute(session, cond, prompts[task.id],
                                            _max_tokens(config, task), temp,
-                                           config.seed + rep, cancel)
+                                           config.seed + rep, cancel, chats[task.id],
+                                           config.remote_api_key)
                             verdict = sampler.assess(start, read_now())
                             last = attempt == reruns or cancel.is_set()
                             record = RunRecord(
@@ -252,6 +260,11 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
         if any(c.draft_kind == "full-model" for c in conditions):
             width = int(config.widths.get("full-model", DEFAULT_WIDTHS["full-model"]))
             conditions.append(Condition(PEER_SPEC, "mlx-lm", "full-model", width))
+    for url in config.remotes:
+        from app.remote.client import parse_url
+
+        conditions.append(Condition(f"remote {parse_url(url).label}", "remote", "remote", 0,
+                                    url=url))
     return conditions, skipped
 
 
@@ -269,10 +282,14 @@ def _execute(
     temperature: float,
     seed: int,
     cancel: threading.Event,
+    messages: Any = None,
+    api_key: str | None = None,
 ) -> dict[str, Any]:
     """One request; returns the RunRecord fields that describe its outcome."""
     if cond.engine == "mlx-lm":
         return _execute_peer(session, cond, prompt, max_tokens, temperature, seed)
+    if cond.engine == "remote":
+        return _execute_remote(cond, messages, max_tokens, temperature, seed, cancel, api_key)
     from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
 
     request = GenerationRequest(
@@ -355,5 +372,31 @@ def _execute_peer(
         "text": text,
         "timings": res.timings(draft_kind=cond.draft_kind, width=cond.width),
         "error": None,
+        "rounds_n": 0,
+    }
+
+
+def _execute_remote(
+    cond: Condition, messages: Any, max_tokens: int, temperature: float, seed: int,
+    cancel: threading.Event, api_key: str | None,
+) -> dict[str, Any]:
+    """One request to an endpoint (the task's chat messages; the server applies its template)."""
+    from app.engine.events import DoneEvent
+    from app.remote.client import RemoteRequest, stream_remote
+
+    request = RemoteRequest(url=cond.url, messages=tuple(messages), max_tokens=max_tokens,
+                            temperature=temperature, seed=seed, api_key=api_key)
+    done: Any = None
+    for ev in stream_remote(request, cancel=cancel):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return {
+        "finish_reason": done.finish_reason,
+        "output_n": done.timings.predicted_n or len(done.token_ids),
+        "tokens": tuple(done.token_ids),
+        "text": done.text,
+        "timings": done.timings.to_dict(),
+        "error": done.error,
         "rounds_n": 0,
     }

@@ -106,10 +106,14 @@ def summarize(report: BenchReport) -> dict[str, Any]:
                                          "compared_to": "off (second run)", **ident.to_dict()})
                         row["identity_vs_off"] = ident.to_dict()
                 else:
-                    ident = compare_tokens(mine[0].tokens, off[0].tokens)
+                    # an endpoint that returns no token ids is compared by its text
+                    by_text = not mine[0].tokens and mine[0].engine == "remote"
+                    ident = (compare_tokens(mine[0].text, off[0].text) if by_text
+                             else compare_tokens(mine[0].tokens, off[0].tokens))
+                    extra = {"compared_by": "text" if by_text else "tokens"}
                     identity.append({"task_id": task_id, "condition": name,
-                                     "compared_to": OFF, **ident.to_dict()})
-                    row["identity_vs_off"] = ident.to_dict()
+                                     "compared_to": OFF, **ident.to_dict(), **extra})
+                    row["identity_vs_off"] = {**ident.to_dict(), **extra}
             rows.append(row)
         for ours, theirs in ((OFF, PEER_PLAIN), ("full-model", PEER_SPEC)):
             a = cells.get((task_id, temp, ours), [])

@@ -5,7 +5,6 @@ Public API:
     CheckpointInfo: kind (KIND_*), unsupported_reason, architecture, param_count, weight_bytes,
                     dtype, quantization, vocab_size, context_length, has_chat_template, ...
     mlx_lm_supports(model_type, architectures) -> tuple[bool, str]
-    cache_rollback(config, context=None) -> RollbackInfo
     dflash_config(config) -> dict | None            both DFlash config layouts
     mtp_weights(tensor names, config) -> list[str]
 
@@ -40,24 +39,7 @@ KIND_LABELS = {
     KIND_UNSUPPORTED: "unsupported",
 }
 
-# Families whose caches hold recurrent state (mlx-lm ArraysCache/MambaCache): no trim.
-RECURRENT_FAMILIES = {
-    "mamba", "mamba2", "falcon_mamba", "jamba", "qwen3_next", "qwen3_5", "qwen3_5_moe",
-    "falcon_h1", "nemotron_h", "granitemoehybrid", "lfm2", "lfm2_moe", "lfm2-vl",
-    "recurrent_gemma", "rwkv7", "plamo2", "kimi_linear", "bailing_hybrid",
-    "bailing_moe_linear", "olmo_hybrid", "baichuan_m1", "minimax",
-}  # fmt: skip
-RECURRENT_LAYER_TYPES = {"linear_attention", "mamba", "conv", "recurrent", "ssm", "mamba2"}
-SLIDING_LAYER_TYPES = {"sliding_attention", "sliding_window", "local", "chunked_attention"}
-ROTATING_FAMILIES = {
-    "gemma3",
-    "gemma3_text",
-    "gemma3n",
-    "cohere2",
-    "exaone4",
-    "gemma4",
-    "gemma4_text",
-}
+# Families whose checkpoints can ship multi-token-prediction heads.
 MTP_FAMILIES = {"qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3", "glm4_moe", "mimo"}
 
 
@@ -130,61 +112,6 @@ def mlx_lm_supports(
         ok,
         f"mlx-lm {version or '?'}: model_type {model_type!r}{via} {'found' if ok else 'not found'} in mlx_lm.models",
     )
-
-
-@dataclass(frozen=True)
-class RollbackInfo:
-    trimmable: bool
-    reason: str  # plain, empty when trimmable without conditions
-    sliding_window: int | None = None
-    sliding_only: bool = False
-    recurrent: bool = False
-
-
-def cache_rollback(config: dict, context: int | None = None) -> RollbackInfo:
-    """Can this target's KV cache be rolled back after rejected drafts? (from config only)"""
-    cfg = text_config(config)
-    model_type = str(cfg.get("model_type") or "")
-    mapped = mlx_lm_model_type(model_type)
-    layer_types = cfg.get("layer_types") if isinstance(cfg.get("layer_types"), list) else None
-    lt = {str(t) for t in layer_types} if layer_types else set()
-    if (
-        model_type in RECURRENT_FAMILIES
-        or mapped in RECURRENT_FAMILIES
-        or lt & RECURRENT_LAYER_TYPES
-        or any(
-            k in cfg
-            for k in ("ssm_cfg", "mamba_d_state", "hybrid_override_pattern", "linear_attn_config")
-        )
-        or ("state_size" in cfg and "conv_kernel" in cfg)
-    ):
-        return RollbackInfo(
-            trimmable=False,
-            recurrent=True,
-            reason=f"{model_type or 'this'} models keep a recurrent (state-space / linear-attention) "
-            "state that cannot be trimmed back after rejected drafts",
-        )
-    window = cfg.get("sliding_window")
-    window = int(window) if isinstance(window, (int, float)) and window > 0 else None
-    use_sw = cfg.get("use_sliding_window")
-    if window and use_sw is not False:
-        if lt:
-            sliding_only = lt <= SLIDING_LAYER_TYPES
-            has_sliding = bool(lt & SLIDING_LAYER_TYPES)
-        else:
-            # mlx-lm builds rotating caches from layer_types; without them only some families
-            # interleave sliding layers (llama/mistral then use a plain, trimmable cache)
-            sliding_only = False
-            has_sliding = mapped in ROTATING_FAMILIES
-        if has_sliding and (context is None or context > window):
-            return RollbackInfo(
-                trimmable=not sliding_only,
-                sliding_window=window,
-                sliding_only=sliding_only,
-                reason=f"{'all' if sliding_only else 'some'} layers use a sliding-window cache of "
-                f"{window} tokens, which cannot be rolled back once the conversation is longer",
-            )
-    return RollbackInfo(trimmable=True, reason="", sliding_window=window)
 
 
 def dflash_config(config: dict) -> dict | None:

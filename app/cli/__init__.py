@@ -1,4 +1,4 @@
-"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo]``.
+"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo|serve]``.
 
 Each sub-command lives in its own module exposing ``register(subparsers)``; modules import
 nothing heavy at module level so ``--help`` is instant. Errors reach the user as one line on
@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "bench": ("app.cli.bench", True),
     "doctor": ("app.cli.doctor", True),
     "demo": ("app.cli.demo", True),
+    "serve": ("app.cli.serve", True),
 }
 
 EXIT_ERROR = 1

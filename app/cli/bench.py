@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rollback", action="store_true",
                    help="only measure what rewinding the target costs per round, as a "
                    "fraction of a plain step (writes rollback.json)")
+    p.add_argument("--remote", action="append", default=[], metavar="URL",
+                   help="also measure an OpenAI-compatible endpoint (draftpair serve, "
+                   "llama-server, vLLM, LM Studio) as a row; repeatable")
+    p.add_argument("--remote-api-key", default=None, metavar="KEY",
+                   help="Bearer key for the --remote endpoints")
     p.set_defaults(func=run)
 
 
@@ -60,6 +65,14 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--max-tokens must be at least 1", EXIT_USAGE)
     if args.reruns is not None and args.reruns < 0:
         raise CliError("--reruns must be >= 0", EXIT_USAGE)
+    for url in args.remote:
+        from app.errors import DraftPairError as _Bad
+        from app.remote.client import parse_url
+
+        try:
+            parse_url(url)
+        except _Bad as exc:
+            raise CliError(f"--remote: {exc}", EXIT_USAGE) from None
     if args.out.exists() and not args.out.is_dir():
         raise CliError(f"--out {args.out} is a file; give a folder", EXIT_USAGE)
 
@@ -85,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         contention_threshold=args.contention_threshold,
         max_reruns=args.reruns,
         seed=args.seed,
+        remotes=tuple(args.remote),
+        remote_api_key=args.remote_api_key,
     )
     if args.quick:
         config = BenchConfig.quick_preset(**options)

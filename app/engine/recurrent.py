@@ -4,7 +4,8 @@ While a verify pass runs, two thin hooks record, per recurrent mixer and in call
 the full input of its causal ``conv1d`` (the ``K-1`` rows of conv state followed by the new
 rows) and the inputs of the recurrence function the model module calls
 (``gated_delta_update`` for qwen3_5 / qwen3_next, ``ssm_update`` for mamba2 / nemotron_h),
-including the state going in. Keeping ``m`` of the ``S`` fed positions then costs no
+including the state going in, or, for a mixer that advances one token per call (mamba's
+``ssm_step``), the state after every step. Keeping ``m`` of the ``S`` fed positions then costs no
 projection: the conv state is rows ``m .. m+K-2`` of the recorded input, and the recurrent
 state is the one the pass computed after step ``m`` when the recurrence ran step by step
 (mlx-lm's ops path: CPU, small heads), else the recurrence re-run over the first ``m`` steps
@@ -40,6 +41,7 @@ HEAD_AXES: dict[str, dict[str, int]] = {
                    "dt_bias": 0, "state": 1},
 }
 MIXER_ATTRS = ("linear_attn", "mixer")
+STEP_METHOD = "ssm_step"  # a mixer method advancing the state one token (Mamba v1)
 
 _local = threading.local()
 
@@ -56,6 +58,27 @@ class Recording:
     calls: list[tuple[Any, inspect.BoundArguments, str, list[mx.array]]] = field(
         default_factory=list)
     steps: list[mx.array] | None = None  # filled while one recurrence call runs
+    by_mixer: dict[int, int] = field(default_factory=dict)  # step-method mixers -> calls index
+
+
+class _StepMethodTap:
+    """Stands in for a mixer's per-token ``ssm_step`` method (Mamba v1): keeps the state
+    going in and the state after every step while a recording is on."""
+
+    def __init__(self, owner: Any, method: Any):
+        self.owner, self.method = owner, method
+
+    def __call__(self, x, A, state=None):
+        out = self.method(self.owner, x, A, state)
+        rec = getattr(_local, "rec", None)
+        if rec is not None:
+            i = rec.by_mixer.get(id(self.owner))
+            if i is None:
+                rec.by_mixer[id(self.owner)] = len(rec.calls)
+                rec.calls.append((None, {"state": state}, STEP_METHOD, []))
+                i = len(rec.calls) - 1
+            rec.calls[i][3].append(out[1])
+        return out
 
 
 class _ConvTap:
@@ -132,7 +155,8 @@ def mixers(model: Any) -> list[Any] | None:
             m = layer.get(attr) if isinstance(layer, dict) else None
             if m is not None and isinstance(m, dict) and "conv1d" in m:
                 mod = sys.modules.get(type(m).__module__)
-                if mod is None or not any(hasattr(mod, f) for f in RECURRENCES):
+                known = mod is not None and any(hasattr(mod, f) for f in RECURRENCES)
+                if not known and not callable(getattr(type(m), STEP_METHOD, None)):
                     return None  # a recurrent mixer whose recurrence we do not know
                 found.append(m)
     return found
@@ -149,9 +173,13 @@ def install(model: Any, n_states: int) -> bool:
             _wrap_step(step_mod, fn_name)
     for m in ms:
         mod = sys.modules[type(m).__module__]
+        wrapped = False
         for name in RECURRENCES:
             if hasattr(mod, name):
                 _wrap_function(mod, name)
+                wrapped = True
+        if not wrapped and not isinstance(m.__dict__.get(STEP_METHOD), _StepMethodTap):
+            object.__setattr__(m, STEP_METHOD, _StepMethodTap(m, getattr(type(m), STEP_METHOD)))
         if not isinstance(m.__dict__.get("conv1d"), _ConvTap):
             object.__setattr__(m, "conv1d", _ConvTap(m))
     return True
@@ -197,6 +225,8 @@ def _kept_states(calls: list[tuple[Any, dict[str, Any], str, list[mx.array]]], k
         if len(steps) == fed:
             out[i] = steps[keep - 1]
             continue
+        if name not in RECURRENCES:
+            raise RuntimeError(f"{name} recorded {len(steps)} steps of {fed}")
         key = _group_key(orig, name, args)
         groups.setdefault(key if key is not None else ("alone", i), []).append(i)
     for members in groups.values():
@@ -226,7 +256,8 @@ def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.a
         raise RuntimeError(
             f"recorded {len(rec.convs)} conv inputs and {len(rec.calls)} recurrences for "
             f"{len(states)} recurrent caches")
-    calls = [(orig, dict(bound.arguments), name, steps) for orig, bound, name, steps in rec.calls]
+    calls = [(orig, bound if isinstance(bound, dict) else dict(bound.arguments), name, steps)
+             for orig, bound, name, steps in rec.calls]
     if keep:
         kept = _kept_states(calls, keep, fed)
     else:

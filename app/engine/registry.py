@@ -23,27 +23,8 @@ if TYPE_CHECKING:
     from app.engine.models import LoadedModel
 
 
-@dataclass(frozen=True)
-class KindSpec:
-    name: str  # "none" | "prompt-lookup" | "full-model" | "mtp" | "dflash"
-    label: str  # UI label
-    default_width: int  # proposals per round when the request does not say
-    needs_draft_model: bool  # a separate folder (full-model, dflash)
-    needs_taps: bool  # reads the target's hidden states (mtp, dflash)
-    stochastic: bool  # samples its proposals at T > 0 (verified by rejection sampling)
-    module: str | None  # provides make / unavailable (/ load)
+from app.kinds import KINDS, LABELS, SPECS, KindSpec  # noqa: F401 - re-exported
 
-
-SPECS: tuple[KindSpec, ...] = (
-    KindSpec("none", "Off", 0, False, False, False, None),
-    KindSpec("prompt-lookup", "Prompt lookup", 7, False, False, False,
-             "app.engine.drafters.prompt_lookup"),
-    KindSpec("full-model", "Draft model", 4, True, False, True,
-             "app.engine.drafters.full_model"),
-    KindSpec("mtp", "MTP heads", 4, False, True, True, "app.engine.drafters.mtp"),
-    KindSpec("dflash", "DFlash", 16, True, True, True, "app.engine.drafters.dflash"),
-)  # fmt: skip
-KINDS: tuple[str, ...] = tuple(s.name for s in SPECS)
 _BY_NAME = {s.name: s for s in SPECS}
 
 

@@ -8,11 +8,10 @@ One strategy per cache kind, chosen when the target loads (``for_target``):
   proposal displaced is still there; the rejected tail is sliced off (and, when a whole pass
   was rejected, one empty slot is put in front so the next single-token write lands where
   mlx-lm's ring expects it).
-- Recurrent state (``ArraysCache``: Gated DeltaNet, Mamba-2) of the families
+- Recurrent state (``ArraysCache``: Gated DeltaNet, Mamba-2, Mamba) of the families
   ``app.engine.recurrent`` covers: rebuilt from what the verify pass recorded (conv input,
-  recurrence inputs and the state going in), re-running only the recurrence over the kept
-  steps.
-- Any other recurrent family (Mamba v1, RWKV-7, LFM2...): the recurrent entries are
+  the per-step states or the recurrence inputs and the state going in).
+- Any other recurrent family (RWKV-7, LFM2, Falcon-H1...): the recurrent entries are
   snapshotted before the verify pass; on a partial acceptance they are restored, the KV
   entries trimmed by the whole pass, and the kept tokens fed again (one extra target pass).
 

@@ -37,8 +37,8 @@ class RunResult:
     done: Any  # DoneEvent
 
     @property
-    def tok_s(self) -> float:
-        return float(self.done.timings.predicted_per_second)
+    def tok_s(self) -> float:  # a remote endpoint's unknown rate counts as no measurement
+        return float(self.done.timings.predicted_per_second or 0.0)
 
 
 @dataclass
@@ -53,18 +53,23 @@ class CompareSummary:
     identical: bool
     first_difference: int | None  # token index where the texts first differ
     compared_tokens: int
-    extra_memory_bytes: int  # median peak MLX memory on - off
+    extra_memory_bytes: int | None  # median peak MLX memory on - off; None: unknown (remote)
     draft_weights_bytes: int
-    accepted: int
-    proposed: int
-    accept_len_mean: float
+    accepted: int | None  # None: the remote endpoint does not report draft counts
+    proposed: int | None
+    accept_len_mean: float | None
     kind: str
     fallback: str | None
     cpu_contention: float | None = None  # share of the CPU other programs used
     notes: list[str] = field(default_factory=list)
+    compared_by: str = "tokens"  # "text" when a side reports no token ids
+    remote: str | None = None  # the endpoint of the "on" side, if remote
+    rate_source: str = "engine"  # of the "on" rate: engine | server | client (arrival times)
 
     @property
-    def acceptance(self) -> float:
+    def acceptance(self) -> float | None:
+        if self.accepted is None or self.proposed is None:
+            return None
         return self.accepted / self.proposed if self.proposed else 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,15 +101,24 @@ def summarize(
         return None
     speedups = [on[k].tok_s / off[k].tok_s for k in keys]
     first_off, first_on = off[keys[0]].done, on[keys[0]].done
-    diff = first_difference(tuple(first_off.token_ids), tuple(first_on.token_ids))
-    mem = int(
-        statistics.median(on[k].done.timings.peak_memory_bytes for k in keys)
+    compared_by = "tokens" if first_off.token_ids and first_on.token_ids else "text"
+    if compared_by == "tokens":
+        diff = first_difference(tuple(first_off.token_ids), tuple(first_on.token_ids))
+        compared = min(len(first_off.token_ids), len(first_on.token_ids))
+    else:  # character index of the first difference
+        diff = first_difference(tuple(first_off.text), tuple(first_on.text))
+        compared = min(len(first_off.text), len(first_on.text))
+    on_peaks = [on[k].done.timings.peak_memory_bytes for k in keys]
+    remote = getattr(first_on.timings, "endpoint", None) or None
+    # another process's (or machine's) memory does not compare with this one's
+    mem = None if remote or None in on_peaks else int(
+        statistics.median(on_peaks)
         - statistics.median(off[k].done.timings.peak_memory_bytes for k in keys)
     )
     on_t = [on[k].done.timings for k in keys]
-    accepted = sum(t.draft_n_accepted for t in on_t)
-    proposed = sum(t.draft_n for t in on_t)
-    rounds = sum(t.draft_rounds for t in on_t)
+    accepted = _total(t.draft_n_accepted for t in on_t)
+    proposed = _total(t.draft_n for t in on_t)
+    rounds = _total(t.draft_rounds for t in on_t)
     notes = []
     if any(r.done.finish_reason == "cancelled" for r in results):
         notes.append("Some runs were stopped early; their speed covers fewer tokens.")
@@ -121,17 +135,31 @@ def summarize(
         on_tok_s=statistics.median(on[k].tok_s for k in keys),
         identical=diff is None,
         first_difference=diff,
-        compared_tokens=min(len(first_off.token_ids), len(first_on.token_ids)),
+        compared_tokens=compared,
         extra_memory_bytes=mem,
         draft_weights_bytes=draft_weights_bytes,
         accepted=accepted,
         proposed=proposed,
-        accept_len_mean=accepted / rounds if rounds else 0.0,
+        accept_len_mean=(accepted / rounds if rounds else 0.0) if None not in (accepted, rounds)
+        else None,
         kind=on_t[0].draft_kind,
         fallback=on_t[0].fallback,
         cpu_contention=cpu_contention,
         notes=notes,
+        compared_by=compared_by,
+        remote=remote,
+        rate_source=getattr(on_t[0], "rate_source", "engine"),
     )
+
+
+def _total(values: Any) -> int | None:
+    """Sum, or None when any value is unknown (a remote endpoint that does not report it)."""
+    out = 0
+    for v in values:
+        if v is None:
+            return None
+        out += v
+    return out
 
 
 class CpuMeter:

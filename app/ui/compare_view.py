@@ -22,9 +22,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ui.compare_card import card_html
 from app.ui.compare_model import WARMUP_TOKENS, CpuMeter, PlannedRun, RunResult, plan, summarize
-from app.ui.format import KIND_LABELS, format_bytes
+from app.ui.format import KIND_LABELS
 from app.ui.panels import LivePanels
+from app.ui.remote_side import RemoteSide
 from app.ui.text_runs import append_run
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
@@ -54,6 +56,7 @@ class CompareView(View):
         self._latest: dict[str, Job] = {}
         self._cpu: CpuMeter | None = None
         self._request_meta: dict = {}
+        self._api_key: str | None = None
         self._stopping = False
         self._texts: dict[str, list[tuple[str, bool]]] = {"off": [], "on": []}
         self._build()
@@ -98,7 +101,13 @@ class CompareView(View):
         self.progress.setValue(0)
         self.progress.setMinimumWidth(190)
         self.progress.setMaximumWidth(280)
+        self.side = RemoteSide()
+        self.side.changed.connect(self._on_side)
 
+        side_row = QHBoxLayout()
+        side_row.addWidget(QLabel("Speculation-on side"))
+        side_row.addWidget(self.side, 1)
+        side_row.addStretch(1)
         controls = QHBoxLayout()
         for label, w in (
             ("Speculation", self.kind_combo),
@@ -134,6 +143,8 @@ class CompareView(View):
         texts.addWidget(self.on_title, 0, 1)
         texts.addWidget(self.off_text, 1, 0)
         texts.addWidget(self.on_text, 1, 1)
+        texts.setColumnStretch(0, 1)
+        texts.setColumnStretch(1, 1)
 
         self.card = QFrame()
         self.card.setProperty("role", "card")
@@ -166,6 +177,7 @@ class CompareView(View):
         hdr.setProperty("role", "title")
         tv.addWidget(hdr)
         tv.addWidget(self.prompt)
+        tv.addLayout(side_row)
         tv.addLayout(controls)
         tv.addWidget(note)
         mid = QHBoxLayout()
@@ -196,6 +208,8 @@ class CompareView(View):
 
     def _set_titles(self) -> None:
         kind = KIND_LABELS[self.kind_combo.kind()]
+        if self.side.is_remote():
+            kind = f"{html.escape(self.side.endpoint().split('://')[-1])} (remote)"
         self.off_title.setText(
             f"<span style='color:{self.colors.off_run}'>■</span> Speculation off"
         )
@@ -210,6 +224,10 @@ class CompareView(View):
         self._set_titles()
         self._update_buttons()
 
+    def _on_side(self) -> None:
+        self._set_titles()
+        self._update_buttons()
+
     def _on_kind(self, kind: str) -> None:
         self.settings.compare_kind = kind
         self._set_titles()
@@ -221,8 +239,12 @@ class CompareView(View):
         self.repeat_btn.setEnabled(ready and not running and bool(self.results))
         self.stop_btn.setEnabled(running)
         self.export_btn.setEnabled(not running and self.summary is not None)
-        for w in (self.kind_combo, self.width_spin, self.runs_spin, self.max_spin, self.prompt):
+        for w in (self.kind_combo, self.width_spin, self.runs_spin, self.max_spin, self.prompt,
+                  self.side):
             w.setEnabled(not running)
+        if self.side.is_remote():  # the endpoint speculates with its own settings
+            self.kind_combo.setEnabled(False)
+            self.width_spin.setEnabled(False)
 
     # -- running ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -236,7 +258,17 @@ class CompareView(View):
                 "Wait for the chat reply or the bench to finish, then compare.", error=True
             )
             return
-        reason = self.kind_combo.unavailable_reason()
+        remote = self.side.endpoint() if self.side.is_remote() else None
+        if remote is not None:
+            from app.errors import DraftPairError
+            from app.remote.client import parse_url
+
+            try:
+                parse_url(remote)
+            except DraftPairError as exc:
+                self.banner.show_message(str(exc), error=True)
+                return
+        reason = None if remote is not None else self.kind_combo.unavailable_reason()
         if reason:
             self.banner.show_message(
                 f"{KIND_LABELS[self.kind_combo.kind()]} cannot run: {reason}. Choose another "
@@ -266,7 +298,9 @@ class CompareView(View):
             "pairs": self.runs_spin.value(),
             "model": self.client.state.target,
             "draft": self.client.state.draft,
+            "remote": remote,
         }
+        self._api_key = self.side.api_key()  # kept out of the exported request
         self._update_buttons()
         self._next()
 
@@ -274,6 +308,14 @@ class CompareView(View):
         from app.engine.events import GenerationRequest, SamplingParams
 
         meta = self._request_meta
+        if run.mode == "on" and meta.get("remote"):
+            from app.remote.client import RemoteRequest
+
+            return RemoteRequest(
+                url=meta["remote"], prompt=meta["prompt"], temperature=0.0,
+                max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
+                api_key=self._api_key,
+            )
         return GenerationRequest(
             prompt=meta["prompt"],
             draft_kind=meta["kind"] if run.mode == "on" else "none",
@@ -355,58 +397,16 @@ class CompareView(View):
         self.compare_finished.emit(self.summary)
 
     def _show_summary(self, *, partial: bool, contention: float | None = None) -> None:
-        draft_bytes = self.client.state.draft_bytes if self._request_meta.get("kind") == "full-model" else 0
+        remote = self._request_meta.get("remote")
+        local_draft = self._request_meta.get("kind") == "full-model" and not remote
+        draft_bytes = self.client.state.draft_bytes if local_draft else 0
         s = summarize(self.results, draft_weights_bytes=draft_bytes, cpu_contention=contention)
         self.summary = s
         if s is None:
             if not partial:
                 self.card_body.setText("No complete off/on pair was measured.")
             return
-        c = self.colors
-        color = c.ok if s.speedup_median >= 1.05 else (c.warn if s.speedup_median >= 0.95 else c.bad)
-        verdict = (
-            "faster" if s.speedup_median >= 1.05 else "about the same" if s.speedup_median >= 0.95
-            else "slower"
-        )
-        spread = (
-            f"range {s.speedup_min:.2f}–{s.speedup_max:.2f}× over {s.pairs} pairs"
-            if s.pairs > 1 else "1 pair: run more pairs for a spread"
-        )
-        same = (
-            f"<span style='color:{c.ok}'>✔ Identical outputs</span> ({s.compared_tokens} tokens)"
-            if s.identical
-            else f"<span style='color:{c.warn}'>✘ Outputs differ from token {s.first_difference}</span>"
-            f" (of {s.compared_tokens})"
-        )
-        if abs(s.extra_memory_bytes) < 1024 * 1024:
-            mem = f"none measurable ({'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))})"
-        else:
-            mem = f"{'+' if s.extra_memory_bytes >= 0 else '−'}{format_bytes(abs(s.extra_memory_bytes))}"
-        lines = [
-            f"<span style='font-size:26px; font-weight:700; color:{color}'>"
-            f"{s.speedup_median:.2f}×</span>&nbsp; <span style='color:{c.muted}'>median speedup · "
-            f"{verdict}</span>",
-            f"<span style='color:{c.muted}'>{spread}</span>",
-            f"Off {s.off_tok_s:.1f} tok/s → on {s.on_tok_s:.1f} tok/s (medians)",
-            f"{KIND_LABELS.get(s.kind, s.kind)}: accepted {s.accepted}/{s.proposed}"
-            f" ({100 * s.acceptance:.0f}%), mean {s.accept_len_mean:.2f} per round",
-            same,
-            f"Extra memory with speculation: {mem} in peak MLX memory"
-            + (f" (draft weights {format_bytes(s.draft_weights_bytes)})" if s.draft_weights_bytes else ""),
-        ]
-        if s.fallback:
-            lines.append(f"<span style='color:{c.warn}'>Speculation did not run: "
-                         f"{html.escape(s.fallback)}</span>")
-        if contention is not None and contention > 0.25:
-            lines.append(
-                f"<span style='color:{c.warn}'>Other programs used {100 * contention:.0f}% of the "
-                "CPU during the measurement: the numbers may be noisy.</span>"
-            )
-        for n in s.notes:
-            lines.append(f"<span style='color:{c.warn}'>{html.escape(n)}</span>")
-        if partial:
-            lines.append(f"<span style='color:{c.muted}'>Still measuring…</span>")
-        self.card_body.setText("<br>".join(lines))
+        self.card_body.setText(card_html(s, self.colors, partial=partial, contention=contention))
 
     # -- export --------------------------------------------------------------------------------
     def export(self, path: str | None = None) -> tuple[str, str] | None:

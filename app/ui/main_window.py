@@ -118,6 +118,15 @@ class MainWindow(QMainWindow):
         self.busy.hide()
         self.statusBar().addWidget(self.status_model, 1)
         self.statusBar().addPermanentWidget(self.busy)
+        from app.ui.server_switch import ServerSwitch
+
+        self.server = ServerSwitch(self)
+        self.status_server = QLabel("")
+        self.status_server.setObjectName("status_server")
+        self.status_server.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.statusBar().addPermanentWidget(self.status_server)
+        self.server.url_changed.connect(self._on_server_url)
+        self.server.failed.connect(self._on_server_failed)
 
         w = self.client
         w.loading.connect(self._on_loading)
@@ -166,6 +175,12 @@ class MainWindow(QMainWindow):
             act = view_menu.addAction(name)
             act.setShortcut(QKeySequence(f"Ctrl+{i + 1}"))
             act.triggered.connect(lambda _c=False, n=name: self.show_view(n))
+        server_menu = bar.addMenu("&Server")
+        self.server_action = server_menu.addAction("Serve the loaded pair (OpenAI API)")
+        self.server_action.setCheckable(True)
+        self.server_action.setToolTip("draftpair serve on 127.0.0.1: a second process that "
+                                      "loads its own copy of the pair")
+        self.server_action.toggled.connect(self._toggle_server)
         help_menu = bar.addMenu("&Help")
         keys = help_menu.addAction("Keyboard shortcuts")
         keys.triggered.connect(
@@ -227,6 +242,28 @@ class MainWindow(QMainWindow):
         self.busy.hide()
         self.banner.show_message(message, error=True)
 
+    # -- server ------------------------------------------------------------------------------
+    def _toggle_server(self, on: bool) -> None:
+        if not on:
+            self.server.stop()
+            self.status_server.setText("")
+            return
+        state = self.client.state
+        if not state.target_path:
+            self.banner.show_message("Load a model first, then start the server.", error=True)
+            self.server_action.setChecked(False)
+            return
+        self.status_server.setText("Server: starting…")
+        self.server.start(state.target_path, state.draft_path or "")
+
+    def _on_server_url(self, url: str) -> None:
+        self.status_server.setText(f"Server: {url}/v1" if url else "")
+
+    def _on_server_failed(self, message: str) -> None:
+        self.banner.show_message(message, error=True)
+        self.status_server.setText("")
+        self.server_action.setChecked(False)
+
     def show_view(self, name: str) -> None:
         self.nav.setCurrentRow(list(self.views).index(name))
 
@@ -278,5 +315,6 @@ class MainWindow(QMainWindow):
                 handler = getattr(view, "shutdown", None)
                 if handler is not None:
                     handler()
+            self.server.stop()
             self.client.shutdown()
         super().closeEvent(event)

@@ -28,7 +28,7 @@ _job_ids = itertools.count(1)
 class Job:
     """One generate request on its way to the worker."""
 
-    request: Any  # app.engine.events.GenerationRequest
+    request: Any  # app.engine.events.GenerationRequest, or app.remote.client.RemoteRequest
     live: LiveRun = field(default_factory=LiveRun)
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_job_ids))
@@ -145,10 +145,17 @@ class EngineWorker(QObject):
         try:
             if job.cancel.is_set():
                 raise _Cancelled
-            session = self._ensure_session()
-            for ev in session.generate(job.request, cancel=job.cancel):
+            remote = _is_remote(job.request)
+            if remote:  # an endpoint's stream, read on this thread like a local run
+                from app.remote.client import stream_remote
+
+                events = stream_remote(job.request, cancel=job.cancel)
+            else:
+                events = self._ensure_session().generate(job.request, cancel=job.cancel)
+            for ev in events:
                 if isinstance(ev, TokenEvent):
-                    live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0)
+                    # a remote piece without a token id still is one streamed token
+                    live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0 or remote)
                 elif isinstance(ev, RoundEvent):
                     live.on_round(ev.record.index, ev.record.accepted)
                 elif isinstance(ev, MemoryEvent):
@@ -206,6 +213,9 @@ class EngineWorker(QObject):
     def shutdown(self) -> None:
         """Drop every MLX object on this thread, then stop the thread's event loop."""
         self._session = None
+        from app.threads import release_mlx_streams
+
+        release_mlx_streams()  # MLX does not free a thread's streams by itself
         QThread.currentThread().quit()
 
 
@@ -217,6 +227,10 @@ def prefill_line(ev: Any) -> str:
 
 class _Cancelled(Exception):
     pass
+
+
+def _is_remote(request: Any) -> bool:
+    return type(request).__name__ == "RemoteRequest"  # no import: app.remote loads lazily
 
 
 def _short(name: str) -> str:

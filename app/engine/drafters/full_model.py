@@ -32,6 +32,7 @@ from app.engine.events import SamplingParams
 from app.engine.models import LoadedModel, dequantized_weight, make_cache
 from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
 from app.engine.taps import Hidden
+from app.engine.width import DEFAULT_DRAFT_COST
 
 if TYPE_CHECKING:
     from app.engine.registry import DrafterContext
@@ -111,6 +112,7 @@ CONFIDENCE_STOP = 0.6
 
 class FullModelDrafter(Drafter):
     kind = "full-model"
+    step_cost = DEFAULT_DRAFT_COST  # until the session measures it at warm-up
 
     def __init__(
         self,

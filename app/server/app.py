@@ -1,0 +1,239 @@
+"""The HTTP side: Starlette routes on top of the engine thread.
+
+Every error a client can cause is an OpenAI-style JSON body with a 4xx status (malformed JSON
+400, missing or wrong API key 401, unknown model 404, body over the limit 413, engine queue
+full 429); an engine failure is a 500 with a one-line message, never a traceback. A client
+that disconnects, while its request waits or runs, sets that request's cancel flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from dataclasses import asdict
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.server.engine_thread import EngineThread, QueueFull, RequestError, ServerJob
+from app.server.protocol import ApiError, Limits, Parsed, parse_chat, parse_completion, parse_json
+from app.server.responses import Shaper, sse, timings_dict
+
+_GONE = object()  # the client disconnected
+
+
+def build_app(engine: EngineThread, *, limits: Limits | None = None,
+              api_key: str | None = None) -> Starlette:
+    limits = limits or Limits()
+    assert engine.info is not None, "start the engine thread before building the app"
+    info = engine.info
+
+    def authorize(request: Request) -> None:
+        if not api_key:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), api_key):
+            raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer KEY'.",
+                           type="authentication_error", code="invalid_api_key",
+                           headers={"WWW-Authenticate": "Bearer"})
+
+    def model_card() -> dict[str, Any]:
+        return {
+            "id": info.id, "object": "model", "created": info.created, "owned_by": "draftpair",
+            "draftpair": {
+                "target": info.target, "draft": info.draft, "default_kind": info.default_kind,
+                "default_width": info.default_width, "context_length": info.context_length,
+                "draft_kinds": {k: (r is None) for k, r in info.kinds.items()},
+                "max_tokens_cap": limits.max_tokens_cap,
+            },
+        }
+
+    async def models(request: Request) -> Response:
+        authorize(request)
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def model(request: Request) -> Response:
+        authorize(request)
+        if request.path_params["model_id"] not in (info.id, info.target):
+            raise ApiError(404, f"The model {request.path_params['model_id']!r} does not exist "
+                           "here.", code="model_not_found", param="model")
+        return JSONResponse(model_card())
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def status(request: Request) -> Response:
+        authorize(request)
+        records = [asdict(r) for r in engine.recent()]
+        return JSONResponse({"model": model_card(), "queue": engine.status(),
+                             "recent": records})
+
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, chat=True)
+
+    async def completions(request: Request) -> Response:
+        return await complete(request, chat=False)
+
+    async def complete(request: Request, *, chat: bool) -> Response:
+        authorize(request)
+        body = parse_json(await read_body(request, limits.max_body_bytes))
+        parsed = (parse_chat if chat else parse_completion)(body, info, limits)
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[object] = asyncio.Queue()
+
+        def emit(item: object) -> None:  # called on the engine thread
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, item)
+            except RuntimeError:  # the event loop is gone (server shutting down)
+                job.cancel.set()
+
+        job = ServerJob(request=parsed.request, emit=emit,
+                        endpoint="chat" if chat else "completions",
+                        fit_context=not parsed.max_tokens_given)
+        try:
+            engine.submit(job)
+        except QueueFull as exc:
+            raise ApiError(429, str(exc), type="rate_limit_error", code="queue_full",
+                           headers={"Retry-After": "1"}) from None
+        watcher = asyncio.create_task(watch_disconnect(request, job, items))
+        try:
+            if parsed.stream:
+                return await stream(job, parsed, items, watcher, chat=chat)
+            return await whole(parsed, items, chat=chat)
+        finally:
+            if not parsed.stream:
+                watcher.cancel()
+                job.cancel.set()  # a no-op when the job has finished
+
+    routes = [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/draftpair/status", status, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _server_error}
+    return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    too_big = ApiError(413, f"The request body is larger than this server accepts "
+                       f"({limit} bytes).", code="request_too_large")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def watch_disconnect(request: Request, job: ServerJob, items: asyncio.Queue) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel.set()
+            items.put_nowait(_GONE)
+            return
+
+
+async def whole(parsed: Parsed, items: asyncio.Queue, *, chat: bool) -> Response:
+    from app.engine.events import DoneEvent
+
+    while True:
+        item = await items.get()
+        if item is _GONE:
+            return Response(status_code=499)  # nobody is listening any more
+        if isinstance(item, RequestError):
+            raise ApiError(item.status, item.message, code=item.code, param=item.param)
+        if isinstance(item, DoneEvent):
+            if item.finish_reason == "error":
+                raise ApiError(500, item.error or "Generation failed.", code="engine_error")
+            shaper = Shaper(chat=chat, model=parsed.model, return_tokens=parsed.return_tokens)
+            return JSONResponse(shaper.response(item))
+
+
+async def stream(job: ServerJob, parsed: Parsed, items: asyncio.Queue,
+                 watcher: asyncio.Task, *, chat: bool) -> Response:
+    """SSE once the first token (or the end) is there, so a request the engine refuses still
+    gets a proper 4xx/5xx status instead of an error inside a 200 stream."""
+    from app.engine.events import DoneEvent, TokenEvent
+
+    first = await items.get()
+    while not isinstance(first, TokenEvent | DoneEvent | RequestError) and first is not _GONE:
+        first = await items.get()  # notices: the fallback is reported in the final timings
+    if first is _GONE or isinstance(first, RequestError) or (
+        isinstance(first, DoneEvent) and first.finish_reason == "error"
+    ):
+        watcher.cancel()
+        job.cancel.set()
+        if first is _GONE:
+            return Response(status_code=499)
+        if isinstance(first, RequestError):
+            raise ApiError(first.status, first.message, code=first.code, param=first.param)
+        raise ApiError(500, first.error or "Generation failed.", code="engine_error")
+    shaper = Shaper(chat=chat, model=parsed.model, return_tokens=parsed.return_tokens)
+
+    async def events() -> Any:
+        try:
+            head = shaper.first_chunk()
+            if head is not None:
+                yield sse(head)
+            item: object = first
+            while True:
+                if item is _GONE:
+                    return
+                if isinstance(item, TokenEvent):
+                    ids = [item.token_id] if item.token_id >= 0 else []
+                    if item.text or (ids and parsed.return_tokens):
+                        yield sse(shaper.token_chunk(item.text, ids,
+                                                     [item.from_draft] * len(ids)))
+                elif isinstance(item, DoneEvent):
+                    if item.finish_reason == "error":
+                        yield sse({"error": {"message": item.error or "Generation failed.",
+                                             "type": "server_error", "code": "engine_error",
+                                             "param": None},
+                                   "timings": timings_dict(item.timings)})
+                    else:
+                        yield sse(shaper.final_chunk(item))
+                        if parsed.include_usage:
+                            yield sse(shaper.usage_chunk(item))
+                    yield sse("[DONE]")
+                    return
+                item = await items.get()
+        finally:
+            watcher.cancel()
+            job.cancel.set()  # a no-op when the job has finished
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = {404: "No such endpoint.", 405: "This endpoint does not take that method."}.get(
+        exc.status_code, str(exc.detail))
+    err = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
+    return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    from app.errors import user_message
+
+    err = ApiError(500, f"The server failed on this request: {user_message(exc)}",
+                   code="internal_error")
+    return JSONResponse(err.body(), status_code=500)

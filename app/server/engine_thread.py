@@ -1,0 +1,272 @@
+"""The server's engine thread: one dedicated thread owns the Session (load, generate, unload).
+
+Requests wait in a FIFO queue in front of it. ``submit`` refuses a request (``QueueFull``)
+when ``max_queue`` requests are already waiting behind the running one, so a client hears
+"busy" at once instead of waiting for minutes. Every job carries its own ``threading.Event``;
+the engine checks it once per round, so a client that disconnects stops its reply within a
+round, and a job cancelled while it waits never reaches the engine.
+
+Results cross back as data through the job's ``emit`` callable (called on the engine thread):
+engine events (``TokenEvent``, ``NoticeEvent``, ``DoneEvent``) or a ``RequestError`` when the
+request itself is unusable (e.g. longer than the model's context).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.errors import DraftPairError, user_message
+from app.threads import release_mlx_streams
+
+RECORDS_KEPT = 64
+_ids = itertools.count(1)
+
+
+class QueueFull(DraftPairError):
+    pass
+
+
+@dataclass(frozen=True)
+class RequestError:
+    """The request cannot run as asked (sent to the client as a 4xx JSON error)."""
+
+    status: int
+    message: str
+    code: str | None = None
+    param: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server has loaded, as plain data (read by the HTTP side without locks)."""
+
+    id: str
+    target: str
+    target_path: str
+    draft: str | None
+    draft_path: str | None
+    kinds: dict[str, str | None]  # draft kind -> None if it can run, else why not
+    default_kind: str
+    default_width: int | None
+    context_length: int | None
+    created: int
+
+
+@dataclass(eq=False)  # identity: jobs live in a set
+class ServerJob:
+    request: Any  # app.engine.events.GenerationRequest
+    emit: Callable[[object], None]
+    endpoint: str = ""
+    fit_context: bool = False  # max_tokens was the server's default: shorten it to fit
+    cancel: threading.Event = field(default_factory=threading.Event)
+    id: str = field(default_factory=lambda: f"{next(_ids):06d}")
+    submitted: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One finished request, kept for the status endpoint and for tests."""
+
+    id: str
+    endpoint: str
+    finish_reason: str  # stop | length | cancelled | error | rejected
+    predicted_n: int
+    max_tokens: int
+    draft_kind: str
+    queued_ms: float
+    error: str | None = None
+
+
+class EngineThread:
+    """Owns the Session on one thread; ``start`` loads the pair there and returns its info."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        draft: str | None = None,
+        default_kind: str | None = None,
+        default_width: int | None = None,
+        max_queue: int = 8,
+        precision: str = "auto",
+        model_id: str | None = None,
+    ):
+        self.model = model
+        self.draft = draft
+        self.default_kind = default_kind
+        self.default_width = default_width
+        self.max_queue = max_queue
+        self.precision = precision
+        self.model_id = model_id
+        self.info: ModelInfo | None = None
+        self.records: collections.deque[RequestRecord] = collections.deque(maxlen=RECORDS_KEPT)
+        self._queue: queue.Queue[ServerJob | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._running: ServerJob | None = None
+        self._jobs: set[ServerJob] = set()
+        self._thread: threading.Thread | None = None
+        self._loaded = threading.Event()
+        self._load_error: str | None = None
+
+    # -- life cycle ---------------------------------------------------------------------
+    def start(self, timeout_s: float = 600.0) -> ModelInfo:
+        self._thread = threading.Thread(target=self._main, name="draftpair-engine", daemon=True)
+        self._thread.start()
+        if not self._loaded.wait(timeout_s):
+            raise DraftPairError("Loading the model took too long.")
+        if self._load_error is not None:
+            raise DraftPairError(self._load_error)
+        assert self.info is not None
+        return self.info
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Cancel every job (running or waiting), end the thread and free the session."""
+        with self._lock:
+            for job in self._jobs:
+                job.cancel.set()
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # -- requests -----------------------------------------------------------------------
+    def submit(self, job: ServerJob) -> None:
+        with self._lock:
+            if self._running is not None and self._waiting >= self.max_queue:
+                raise QueueFull(
+                    f"The server is busy: {self._waiting} request(s) are already waiting "
+                    "for the engine. Try again shortly."
+                )
+            self._waiting += 1
+            self._jobs.add(job)
+        self._queue.put(job)
+
+    def recent(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self.records)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            running = self._running.id if self._running is not None else None
+            waiting = self._waiting
+        return {"running": running, "waiting": waiting, "max_queue": self.max_queue}
+
+    # -- the thread ---------------------------------------------------------------------
+    def _main(self) -> None:
+        session = None
+        try:
+            session = self._load()
+        except Exception as exc:  # errors cross as data
+            self._load_error = user_message(exc)
+        finally:
+            self._loaded.set()
+        if session is None:
+            release_mlx_streams()
+            return
+        while True:
+            job = self._queue.get()
+            if job is None:
+                break
+            with self._lock:
+                self._waiting -= 1
+                self._running = job
+            try:
+                self._run(session, job)
+            finally:
+                with self._lock:
+                    self._running = None
+                    self._jobs.discard(job)
+        session.unload()
+        release_mlx_streams()  # before the thread ends, or exit may abort
+
+
+    def _load(self) -> Any:
+        from app.engine.session import Session
+
+        session = Session(precision=self.precision)
+        target = session.load_target(self.model)
+        if self.draft:
+            session.load_draft(self.draft)
+        kinds = dict(session.available_kinds())
+        default = self.default_kind or ("full-model" if session.draft is not None else "none")
+        if default != "none" and kinds.get(default):
+            raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default]}.")
+        ctx = target.config.get("max_position_embeddings")
+        self.info = ModelInfo(
+            id=self.model_id or target.name,
+            target=target.name,
+            target_path=str(target.path),
+            draft=session.draft.name if session.draft is not None else None,
+            draft_path=str(session.draft.path) if session.draft is not None else None,
+            kinds=kinds,
+            default_kind=default,
+            default_width=self.default_width,
+            context_length=int(ctx) if isinstance(ctx, int) and ctx > 0 else None,
+            created=int(time.time()),
+        )
+        return session
+
+    def _run(self, session: Any, job: ServerJob) -> None:
+        from app.engine.events import DoneEvent, NoticeEvent, Timings, TokenEvent
+
+        req = job.request
+        queued_ms = (time.monotonic() - job.submitted) * 1e3
+        if job.cancel.is_set():
+            self._record(job, "cancelled", 0, queued_ms)
+            job.emit(DoneEvent("", (), "cancelled", Timings(draft_kind=req.draft_kind)))
+            return
+        try:
+            prompt = session.encode(req)
+        except Exception as exc:
+            self._reject(job, RequestError(400, user_message(exc), param="messages"), queued_ms)
+            return
+        ctx = self.info.context_length if self.info is not None else None
+        if not prompt:
+            self._reject(job, RequestError(400, "The prompt is empty.", param="messages"),
+                         queued_ms)
+            return
+        if ctx is not None and job.fit_context and len(prompt) < ctx:
+            req = replace(req, max_tokens=min(req.max_tokens, ctx - len(prompt)))
+        if ctx is not None and len(prompt) + req.max_tokens > ctx:
+            msg = (f"This model's context is {ctx} tokens; the prompt has {len(prompt)} and "
+                   f"max_tokens asks for {req.max_tokens} more. Shorten the prompt or lower "
+                   "max_tokens.")
+            self._reject(job, RequestError(400, msg, code="context_length_exceeded",
+                                           param="max_tokens"), queued_ms)
+            return
+        request = replace(req, prompt_tokens=tuple(prompt), memory_interval_s=3600.0)
+        done = None
+        try:
+            for ev in session.generate(request, cancel=job.cancel):
+                if isinstance(ev, TokenEvent | NoticeEvent):
+                    job.emit(ev)
+                elif isinstance(ev, DoneEvent):
+                    done = ev
+        except Exception as exc:  # the engine should not raise; never lose the thread
+            done = DoneEvent("", (), "error", Timings(draft_kind=req.draft_kind),
+                             error=user_message(exc))
+        if done is None:
+            done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
+        self._record(job, done.finish_reason, len(done.token_ids), queued_ms, done.error)
+        job.emit(done)
+
+    def _reject(self, job: ServerJob, error: RequestError, queued_ms: float) -> None:
+        self._record(job, "rejected", 0, queued_ms, error.message)
+        job.emit(error)
+
+    def _record(self, job: ServerJob, finish: str, n: int, queued_ms: float,
+                error: str | None = None) -> None:
+        record = RequestRecord(
+            id=job.id, endpoint=job.endpoint, finish_reason=finish, predicted_n=n,
+            max_tokens=job.request.max_tokens, draft_kind=job.request.draft_kind,
+            queued_ms=round(queued_ms, 1), error=error,
+        )
+        with self._lock:
+            self.records.append(record)

@@ -1,0 +1,272 @@
+"""OpenAI request bodies -> ``GenerationRequest``: validation, limits and the extension field.
+
+Per-request speculation goes in ``draftpair`` (unknown keys are refused, so a typo is heard)::
+
+    "draftpair": {"draft_kind": "prompt-lookup", "draft_width": 7, "allow_fallback": true,
+                  "ngram_min": 2, "ngram_max": 3, "adaptive": true, "return_tokens": false}
+
+llama-server's own top-level fields are read too: ``n_predict``, ``top_k``, ``min_p``,
+``repeat_penalty`` and ``"speculative.n_max"`` (the width). Missing values take the server's
+defaults (the loaded pair's draft kind, greedy decoding). Fields that would change the result
+in ways the engine cannot honour (tools, logprobs, penalties, n > 1...) get a 400, never a
+silent ignore.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.server.engine_thread import ModelInfo
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+EXTENSION_KEYS = {"draft_kind", "draft_width", "allow_fallback", "ngram_min", "ngram_max",
+                  "adaptive", "return_tokens"}
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+
+
+class ApiError(Exception):
+    """An HTTP error with an OpenAI-style JSON body."""
+
+    def __init__(self, status: int, message: str, *, type: str | None = None,
+                 code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1 << 20
+    max_tokens_cap: int = 4096  # the most a request may ask for
+    default_max_tokens: int = 512  # when a request does not say
+    temperature: float = 0.0  # default when a request does not say
+
+
+@dataclass(frozen=True)
+class Parsed:
+    request: Any  # GenerationRequest
+    stream: bool
+    include_usage: bool
+    return_tokens: bool
+    model: str
+    max_tokens_given: bool = True  # False: the default, shortened to fit the context
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"The request body is not valid JSON ({exc}).",
+                       code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def parse_chat(body: dict[str, Any], info: ModelInfo, limits: Limits) -> Parsed:
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise ApiError(400, "'messages' must be a non-empty list of {role, content}.",
+                       param="messages")
+    messages = tuple(_message(m, i) for i, m in enumerate(raw))
+    return _common(body, info, limits, messages=messages, chat=True)
+
+
+def parse_completion(body: dict[str, Any], info: ModelInfo, limits: Limits) -> Parsed:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    for name in ("echo",):
+        if body.get(name):
+            raise ApiError(400, f"'{name}' is not supported by this server.", param=name)
+    if body.get("suffix"):
+        raise ApiError(400, "'suffix' (fill in the middle) is not supported.", param="suffix")
+    if _int(body, "best_of", 1, 1, 1) != 1:
+        raise ApiError(400, "'best_of' must be 1.", param="best_of")
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ApiError(400, "'prompt' is empty.", param="prompt")
+        return _common(body, info, limits, prompt=prompt, chat=False)
+    if isinstance(prompt, list) and prompt and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
+    ):
+        return _common(body, info, limits, prompt_tokens=tuple(prompt), chat=False)
+    raise ApiError(400, "'prompt' must be a string or a list of token ids (one prompt).",
+                   param="prompt")
+
+
+def _message(m: Any, i: int) -> dict[str, str]:
+    if not isinstance(m, dict):
+        raise ApiError(400, f"messages[{i}] must be an object.", param=f"messages[{i}]")
+    role = m.get("role")
+    if role not in ROLES:
+        raise ApiError(400, f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}.",
+                       param=f"messages[{i}].role")
+    content = m.get("content")
+    if content is None and role == "assistant":
+        content = ""
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)):
+                raise ApiError(400, f"messages[{i}].content: only text parts are supported.",
+                               param=f"messages[{i}].content")
+            parts.append(part["text"])
+        content = "".join(parts)
+    if not isinstance(content, str):
+        raise ApiError(400, f"messages[{i}].content must be a string or text parts.",
+                       param=f"messages[{i}].content")
+    return {"role": "system" if role == "developer" else role, "content": content}
+
+
+def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any) -> Parsed:
+    from app.engine.events import DRAFT_KINDS, GenerationRequest, SamplingParams
+
+    model = body.get("model")
+    if model is not None and model not in (info.id, info.target):
+        raise ApiError(404, f"The model {model!r} does not exist here; this server serves "
+                       f"{info.id!r}.", type="invalid_request_error", code="model_not_found",
+                       param="model")
+    _refuse_unsupported(body)
+    if _int(body, "n", 1, 1, 1) != 1:
+        raise ApiError(400, "'n' must be 1: this server returns one choice.", param="n")
+    max_tokens = None
+    for name in ("max_completion_tokens", "max_tokens", "n_predict"):
+        if body.get(name) is not None:
+            max_tokens = _int(body, name, None, 1, None)
+            if max_tokens > limits.max_tokens_cap:
+                raise ApiError(400, f"'{name}' is {max_tokens}; this server allows at most "
+                               f"{limits.max_tokens_cap}.", param=name, code="max_tokens_too_large")
+            break
+    ext = body.get("draftpair") or {}
+    if not isinstance(ext, dict):
+        raise ApiError(400, "'draftpair' must be an object.", param="draftpair")
+    unknown = sorted(set(ext) - EXTENSION_KEYS)
+    if unknown:
+        raise ApiError(400, f"Unknown 'draftpair' field {unknown[0]!r}; known: "
+                       f"{', '.join(sorted(EXTENSION_KEYS))}.", param=f"draftpair.{unknown[0]}")
+    kind = ext.get("draft_kind", info.default_kind)
+    if kind not in DRAFT_KINDS:
+        raise ApiError(400, f"Unknown draft kind {kind!r}; choose one of "
+                       f"{', '.join(DRAFT_KINDS)}.", param="draftpair.draft_kind")
+    allow_fallback = _bool(ext, "allow_fallback", True, "draftpair.")
+    reason = info.kinds.get(kind) if kind != "none" else None
+    if reason and not allow_fallback:
+        raise ApiError(400, f"Speculation ({kind}) cannot run on this server: {reason}.",
+                       param="draftpair.draft_kind", code="draft_kind_unavailable")
+    width = _int(ext, "draft_width", None, 1, 64, "draftpair.")
+    if width is None:
+        width = _int(body, "speculative.n_max", None, 1, 64)
+    ngram_min = _int(ext, "ngram_min", 2, 1, 16, "draftpair.")
+    ngram_max = _int(ext, "ngram_max", 3, ngram_min, 16, "draftpair.")
+    sampling = SamplingParams(
+        temperature=_num(body, "temperature", limits.temperature, 0.0, 2.0),
+        top_p=_num(body, "top_p", 1.0, 0.0, 1.0),
+        top_k=_int(body, "top_k", 0, 0, None),
+        min_p=_num(body, "min_p", 0.0, 0.0, 1.0),
+        repetition_penalty=_num(body, "repetition_penalty",
+                                _num(body, "repeat_penalty", 1.0, 0.0, 10.0), 0.0, 10.0),
+        seed=_int(body, "seed", None, 0, 2**63 - 1),
+    )
+    if sampling.top_p <= 0 or sampling.repetition_penalty <= 0:
+        raise ApiError(400, "'top_p' and the repetition penalty must be greater than 0.",
+                       param="top_p")
+    request = GenerationRequest(
+        **source,
+        draft_kind=kind,
+        draft_width=width if width is not None else info.default_width,
+        sampling=sampling,
+        max_tokens=max_tokens or limits.default_max_tokens,
+        stop=_stops(body.get("stop")),
+        allow_fallback=allow_fallback,
+        ngram_min=ngram_min,
+        ngram_max=ngram_max,
+        adaptive=_bool(ext, "adaptive", True, "draftpair."),
+    )
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object.", param="stream_options")
+    return Parsed(
+        request=request,
+        stream=_bool(body, "stream", False),
+        include_usage=_bool(options, "include_usage", False, "stream_options."),
+        return_tokens=_bool(ext, "return_tokens", False, "draftpair."),
+        model=info.id,
+        max_tokens_given=max_tokens is not None,
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for name in ("tools", "functions", "logprobs", "top_logprobs", "logit_bias"):
+        if body.get(name):
+            raise ApiError(400, f"'{name}' is not supported by this server.", param=name)
+    if body.get("tool_choice") not in (None, "none"):
+        raise ApiError(400, "'tool_choice' is not supported by this server.", param="tool_choice")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = body.get(name)
+        if value not in (None, 0, 0.0):
+            raise ApiError(400, f"'{name}' is not supported; use 'repetition_penalty'.",
+                           param=name)
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise ApiError(400, "'response_format' other than text is not supported.",
+                       param="response_format")
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if (not isinstance(stops, list) or len(stops) > MAX_STOPS
+            or not all(isinstance(s, str) and len(s) <= MAX_STOP_CHARS for s in stops)):
+        raise ApiError(400, f"'stop' must be a string or a list of at most {MAX_STOPS} strings "
+                       f"of at most {MAX_STOP_CHARS} characters.", param="stop")
+    return tuple(s for s in stops if s)
+
+
+def _bool(d: dict[str, Any], key: str, default: bool, prefix: str = "") -> bool:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(400, f"'{prefix}{key}' must be true or false.", param=prefix + key)
+    return value
+
+
+def _int(d: dict[str, Any], key: str, default: Any, lo: int | None, hi: int | None,
+         prefix: str = "") -> Any:
+    value = d.get(key)
+    if value is None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(400, f"'{prefix}{key}' must be an integer.", param=prefix + key)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise ApiError(400, f"'{prefix}{key}' must be {span}.", param=prefix + key)
+    return value
+
+
+def _num(d: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = d.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ApiError(400, f"'{key}' must be a number.", param=key)
+    if not lo <= value <= hi:
+        raise ApiError(400, f"'{key}' must be between {lo:g} and {hi:g}.", param=key)
+    return float(value)

@@ -133,7 +133,8 @@ def _message(m: Any, i: int) -> dict[str, str]:
 
 
 def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any) -> Parsed:
-    from app.engine.events import DRAFT_KINDS, GenerationRequest, SamplingParams
+    from app.engine.events import GenerationRequest, SamplingParams
+    from app.kinds import KINDS as DRAFT_KINDS
 
     model = body.get("model")
     if model is not None and model not in (info.id, info.target):

@@ -1,7 +1,7 @@
 """Long conversations: time to first token per turn with and without prompt-cache reuse, and
 how long a Stop takes during a long prompt.
 
-    python -m app.bench.long_chat [--model demo] [--turns 6] [--repeats 2] [--stop-tokens 5000]
+    draftpair long-chat [--model demo] [--turns 6] [--repeats 2] [--stop-tokens 5000]
 
 A scripted chat (each user turn pastes a paragraph and asks about it) runs with reuse off and
 on, alternating, greedy, so both see the same prompts; TTFT, prompt tokens processed
@@ -15,7 +15,6 @@ machine compare ratios, not absolute times.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import threading
@@ -136,27 +135,11 @@ def full_read_ms(session, n_tokens: int) -> tuple[float, float]:
     return chunked_ms, one_pass_prefill_ms(session, n_tokens)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(args) -> int:
+    """Run the parts named in ``args.parts`` (see ``draftpair long-chat --help``)."""
     from app.bench.contention import read_now
     from app.engine.session import Session
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="demo")
-    p.add_argument("--turns", type=int, default=6)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--stop-tokens", type=int, default=5000)
-    p.add_argument("--stop-delays", type=float, nargs="+", default=[1.0, 3.0])
-    p.add_argument("--read-tokens", type=int, default=2000,
-                   help="prompt length for the chunked vs one-pass reading time")
-    p.add_argument("--parts", nargs="+", choices=("chat", "stop", "read"),
-                   default=["chat", "stop", "read"])
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-
-    from app.demo.builtins import register_demo_models
-
-    register_demo_models()  # "demo" names the prepared demo target, as in the CLI
     session = Session()
     session.load_target(args.model)
     conversation(session, 1, False, 4)  # warm-up, not timed
@@ -221,5 +204,3 @@ def chat_part(session, args) -> dict:
                       "cache_n_on": int(med(True, turn, "cache_n"))})
     return {"turns": table, "identical": identical}
 
-if __name__ == "__main__":
-    raise SystemExit(main())

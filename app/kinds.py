@@ -22,10 +22,10 @@ class KindSpec:
 
 SPECS: tuple[KindSpec, ...] = (
     KindSpec("none", "Off", 0, False, False, False, None),
-    KindSpec("full-model", "Draft model", 4, True, False, True,
-             "app.engine.drafters.full_model"),
     KindSpec("prompt-lookup", "Prompt lookup", 7, False, False, False,
              "app.engine.drafters.prompt_lookup"),
+    KindSpec("full-model", "Draft model", 4, True, False, True,
+             "app.engine.drafters.full_model"),
     KindSpec("mtp", "MTP head", 4, False, True, True, "app.engine.drafters.mtp"),
     KindSpec("dflash", "DFlash", 16, True, True, True, "app.engine.drafters.dflash"),
 )  # fmt: skip

@@ -302,3 +302,21 @@ def test_default_max_tokens_shrinks_to_fit_the_context(server):
     status, data, _ = _post(server, "/v1/completions",
                             json.dumps({**body, "max_tokens": 512}).encode())
     assert status == 400 and data["error"]["code"] == "context_length_exceeded"
+
+
+def test_cache_prompt_reuses_a_shared_beginning(server):
+    first = [5, 6, 7, 8] * 50
+    body = {"prompt": first, "max_tokens": 6, "cache_prompt": True,
+            "draftpair": {"draft_kind": "none"}}
+    status, data, _ = _post(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 200, data
+    assert data["timings"]["cache_n"] == 0
+    longer = {**body, "prompt": first + [9, 10, 11] * 10}
+    status, kept, _ = _post(server, "/v1/completions", json.dumps(longer).encode())
+    assert status == 200, kept
+    assert kept["timings"]["cache_n"] >= 199 and kept["timings"]["prompt_n"] <= 31
+    assert kept["usage"]["prompt_tokens"] == 230  # read + reused
+    status, fresh, _ = _post(server, "/v1/completions",
+                             json.dumps({**longer, "cache_prompt": False}).encode())
+    assert fresh["timings"]["cache_n"] == 0 and fresh["timings"]["prompt_n"] == 230
+    assert fresh["choices"][0]["text"] == kept["choices"][0]["text"]

@@ -53,4 +53,7 @@ def test_event_loop_stays_responsive_while_generating(qtbot, tmp_path, capsys):
     ctx.chat_store.close()
     assert done.finish_reason in ("stop", "length")
     assert stats["n"] > 50
-    assert stats["p50"] < 20 and stats["p99"] < 150
+    # A loop blocked by generation would be late by about the whole reply; a ratio within
+    # one run holds on a busy machine, where absolute lateness does not.
+    busy_ms = done.timings.prompt_ms + done.timings.predicted_ms
+    assert stats["max"] < 0.5 * busy_ms

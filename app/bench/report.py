@@ -12,7 +12,7 @@ from app.bench.records import BenchReport
 from app.fileio import atomic_write_bytes
 
 CSV_TIMINGS = (
-    "prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
+    "prompt_n", "cache_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
     "predicted_per_second", "ttft_ms", "draft_n", "draft_n_accepted", "draft_rounds",
     "accept_len_mean", "acceptance_rate", "tokens_per_verify", "verify_passes", "draft_ms",
     "verify_ms", "rollback_ms", "peak_memory_bytes", "acceptance_rule", "fallback",

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "doctor": ("app.cli.doctor", True),
     "demo": ("app.cli.demo", True),
     "serve": ("app.cli.serve", True),
+    "long-chat": ("app.cli.long_chat", True),
 }
 
 EXIT_ERROR = 1

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         DoneEvent,
         GenerationRequest,
         NoticeEvent,
+        PrefillEvent,
         SamplingParams,
         TokenEvent,
     )
@@ -122,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(ev, TokenEvent) and not args.json:
             sys.stdout.write(ev.text)
             sys.stdout.flush()
+        elif isinstance(ev, PrefillEvent) and args.verbose:
+            _progress(ev)
         elif isinstance(ev, NoticeEvent):
             print(f"draftpair: note: {ev.message}", file=sys.stderr)
         elif isinstance(ev, DoneEvent):
@@ -137,9 +140,22 @@ def run(args: argparse.Namespace) -> int:
             t = done.timings
             print(
                 f"[{t.draft_kind}] {t.predicted_n} tokens, {t.predicted_per_second:.1f} tok/s, "
-                f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms, accepted "
+                f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms"
+                f"{f' ({t.cache_n} reused)' if t.cache_n else ''}, accepted "
                 f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
                 f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
                 file=sys.stderr,
             )
     return 0
+
+
+def _progress(ev) -> None:
+    """Prompt-reading progress on stderr: one updating line on a terminal, else a line per step."""
+    line = (f"reading the prompt: {ev.done:,}/{ev.total:,} tokens, "
+            f"{ev.tokens_per_s:,.0f} tok/s")
+    if sys.stderr.isatty():
+        end = "\n" if ev.done >= ev.total else ""
+        sys.stderr.write(f"\r{line}{end}")
+    else:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()

@@ -22,7 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from app.engine import rollback, taps
+from app.engine import prefill, rollback, taps
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
@@ -31,6 +31,7 @@ from app.engine.events import (
     Event,
     GenerationRequest,
     MemoryEvent,
+    PrefillEvent,
     RoundEvent,
     RoundRecord,
     StatusEvent,
@@ -43,8 +44,6 @@ from app.engine.stopping import StopMatcher
 from app.engine.taps import Hidden
 from app.engine.verify import verify
 from app.engine.width import WidthPolicy
-
-PREFILL_STEP = 2048
 
 
 class RoundLoop:
@@ -61,6 +60,8 @@ class RoundLoop:
         fallback: str | None = None,
         cache: list | None = None,  # a fresh target cache (default: made here)
         verify_slope: float | None = None,  # measured at warm-up, for the width policy
+        reused: int = 0,  # prompt tokens ``cache`` already holds (a kept conversation)
+        context: int | None = None,  # the model's context length (for progress events)
     ):
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -94,6 +95,9 @@ class RoundLoop:
             if verify_slope is not None:
                 self.policy.set_costs(verify_slope=verify_slope)
         self.hidden: Hidden | None = None  # rows of the last step, for the drafter
+        self.reused = self.prefilled = reused
+        self.context = context
+        self.boundary: int | None = None  # a prompt length where a prefill chunk must end
 
     # -- target passes ---------------------------------------------------------------
     def _forward(self, tokens: mx.array) -> tuple[mx.array, Hidden | None]:
@@ -107,18 +111,26 @@ class RoundLoop:
         ctx = self.sampling.repetition_context_size + self.width + 1
         return mx.array(self.committed[-ctx:], dtype=mx.uint32)
 
-    def _prefill(self) -> None:
-        body = self.prompt
+    def _prefill(self) -> Iterator[PrefillEvent]:
+        """Read the prompt after what the cache already holds, in steps that can be stopped."""
         drafter_arrays = self.drafter.begin(self.prompt, self.sampling) if self.drafter else []
-        for start in range(0, len(body), PREFILL_STEP):
-            part = body[start : start + PREFILL_STEP]
+        last: list[mx.array] = []
+
+        def feed(part: list[int]) -> list[mx.array]:
             logits, hidden = self._forward(mx.array(part, dtype=mx.uint32))
             if self.drafter is not None:
                 self.drafter.prefill(part, hidden)
-            if start + PREFILL_STEP < len(body):
-                mx.eval(rollback.cache_arrays(self.cache))
-        self.carry = logits[-1:]
-        mx.eval(self.carry, *drafter_arrays)
+            last[:] = [logits[-1:]]  # lazy: only the last chunk's logits are ever computed
+            return rollback.cache_arrays(self.cache) + (hidden.arrays() if hidden else [])
+
+        body = self.prompt[self.reused :]
+        boundary = None if self.boundary is None else self.boundary - self.reused
+        for p in prefill.chunked(feed, body, self.cancel, boundary=boundary):
+            self.prefilled = self.reused + p.done
+            yield PrefillEvent(p.done, p.total, p.tokens_per_s, self.reused, self.context)
+        if self.prefilled == len(self.prompt):
+            self.carry = last[0]
+            mx.eval(self.carry, *drafter_arrays)
 
     # -- one step ----------------------------------------------------------------------
     def _plain_step(self) -> list[int]:
@@ -189,8 +201,9 @@ class RoundLoop:
         stopper = StopMatcher(req.stop)
         t_start = time.perf_counter()
         mem = MemorySampler(req.memory_interval_s, t0=t_start)
-        yield StatusEvent("prefill", f"{len(self.prompt)} prompt tokens")
-        self._prefill()
+        yield StatusEvent("prefill", f"{len(self.prompt) - self.reused} prompt tokens"
+                          + (f", {self.reused} reused" if self.reused else ""))
+        yield from self._prefill()
         t_prefill = time.perf_counter()
         yield StatusEvent("decoding")
         yield MemoryEvent(mem.sample())
@@ -308,9 +321,11 @@ class RoundLoop:
         n_rounds = len(self.rounds)
         drafter_kind = self.drafter.kind if self.drafter is not None else "none"
         return Timings(
-            prompt_n=len(self.prompt),
+            prompt_n=self.prefilled - self.reused,
+            cache_n=self.reused,
             prompt_ms=prompt_ms,
-            prompt_per_second=len(self.prompt) / (prompt_ms / 1e3) if prompt_ms > 0 else 0.0,
+            prompt_per_second=(self.prefilled - self.reused) / (prompt_ms / 1e3)
+            if prompt_ms > 0 else 0.0,
             predicted_n=n,
             predicted_ms=predicted_ms,
             predicted_per_second=n / (predicted_ms / 1e3) if predicted_ms > 0 else 0.0,
@@ -334,3 +349,4 @@ class RoundLoop:
             acceptance_rule=self.rule,
             fallback=self.fallback,
         )
+

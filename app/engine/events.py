@@ -52,6 +52,9 @@ class GenerationRequest:
     ngram_min: int = 2
     ngram_max: int = 3
     adaptive: bool = True  # prompt lookup: pause proposing while it does not pay
+    reuse_cache: bool = False  # continue from a kept conversation state (chat turns)
+    conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
+    context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
     memory_interval_s: float = 0.25
 
 
@@ -59,6 +62,17 @@ class GenerationRequest:
 class StatusEvent:
     stage: str  # "prefill" | "warmup" | "decoding"
     message: str = ""
+
+
+@dataclass(frozen=True)
+class PrefillEvent:
+    """Progress while the prompt is read: after every chunk."""
+
+    done: int  # prompt tokens read so far (reused ones not counted)
+    total: int  # prompt tokens to read
+    tokens_per_s: float
+    cache_n: int = 0  # prompt tokens reused from a kept conversation
+    context: int | None = None  # the model's context length, when known
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,7 @@ class MemorySample:
     system_used_fraction: float
     swap_used_bytes: int
     pressure: str | None = None  # macOS kernel pressure level: normal | warn | critical
+    prompt_cache_bytes: int = 0  # kept conversation states (prompt cache)
 
 
 @dataclass(frozen=True)
@@ -121,7 +136,8 @@ class MemoryEvent:
 class Timings:
     """Per-request figures; names follow llama-server where they exist, so users can compare."""
 
-    prompt_n: int = 0
+    prompt_n: int = 0  # prompt tokens processed by this request
+    cache_n: int = 0  # prompt tokens reused from a kept conversation (not processed)
     prompt_ms: float = 0.0
     prompt_per_second: float = 0.0
     predicted_n: int = 0
@@ -169,4 +185,4 @@ class DoneEvent:
         }
 
 
-Event = StatusEvent | NoticeEvent | TokenEvent | RoundEvent | MemoryEvent | DoneEvent
+Event = StatusEvent | PrefillEvent | NoticeEvent | TokenEvent | RoundEvent | MemoryEvent | DoneEvent

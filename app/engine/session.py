@@ -16,6 +16,7 @@ cannot run either falls back to plain decoding with a ``NoticeEvent`` and ``timi
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.checkpoints.resolve import resolve_model
+from app.engine import context as limits
 from app.engine import registry, rollback
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
@@ -37,7 +39,9 @@ from app.engine.events import (
     Timings,
 )
 from app.engine.models import LoadedModel, load_model, make_cache
+from app.engine.prompt_cache import PromptCache
 from app.engine.registry import DrafterContext
+from app.engine.reuse import Turn
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
@@ -49,6 +53,8 @@ class Session:
         self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
         self._warm: set[tuple[str, int]] = set()
         self._costs: dict[tuple[str, int], dict[str, float]] = {}
+        self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
+        self.dropped_turns = 0  # turns the last request left out to fit the context
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -75,9 +81,11 @@ class Session:
             raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
         self.draft = draft
         self._forget_warm("full-model")
+        self.prompt_cache.clear()
         return draft
 
     def unload_draft(self) -> None:
+        self.prompt_cache.clear()
         self.draft = None
         self.assets.pop("dflash", None)
         self._forget_warm("full-model")
@@ -87,6 +95,7 @@ class Session:
         self._warm = {w for w in self._warm if w[0] != kind}
 
     def unload(self) -> None:
+        self.prompt_cache.clear()
         self.target = None
         self.draft = None
         self.assets.clear()
@@ -105,14 +114,34 @@ class Session:
         return {k: registry.unavailable(k, ctx) for k in registry.KINDS}
 
     # -- prompts ----------------------------------------------------------------------
+    def context_length(self) -> int | None:
+        assert self.target is not None
+        return limits.context_length(self.target.config,
+                                      getattr(self.target.tokenizer, "model_max_length", None))
+
     def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids; refuses (or, for chats, trims by the request's policy) a
+        prompt that does not fit the model's context, before any model work."""
+        assert self.target is not None
+        self.dropped_turns = 0
+        limit = self.context_length()
+        if request.messages is not None and request.prompt_tokens is None:
+            tokens, self.dropped_turns = limits.fit_messages(
+                request.messages, lambda m: self._encode(request, m), limit,
+                policy=request.context_policy)
+            return tokens
+        tokens = self._encode(request, None)
+        limits.check(len(tokens), limit)
+        return tokens
+
+    def _encode(self, request: GenerationRequest, msgs: list[dict[str, str]] | None) -> list[int]:
         assert self.target is not None
         tok = self.target.tokenizer
         if request.prompt_tokens is not None:
             return [int(t) for t in request.prompt_tokens]
         messages: list[dict[str, str]] | None = None
-        if request.messages is not None:
-            messages = [dict(m) for m in request.messages]
+        if msgs is not None:
+            messages = [dict(m) for m in msgs]
         elif request.chat and request.prompt is not None:
             messages = [{"role": "user", "content": request.prompt}]
         if messages is not None:
@@ -152,6 +181,14 @@ class Session:
         prompt = self.encode(req)
         if not prompt:
             raise DraftPairError("The prompt is empty.")
+        limit = self.context_length()
+        if limit is not None and len(prompt) + req.max_tokens > limit:
+            req = dataclasses.replace(req, max_tokens=limit - len(prompt))
+            yield NoticeEvent("context-full", f"The reply can be at most {req.max_tokens} tokens: "
+                              "the model's context is full after that.")
+        if self.dropped_turns:
+            yield NoticeEvent("context-trimmed", f"The {self.dropped_turns} oldest messages were "
+                              "left out so the conversation fits the model's context.")
         kind = req.draft_kind
         fallback: str | None = None
         ctx = self.context(req)
@@ -179,6 +216,8 @@ class Session:
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
         rule = registry.rule_for(kind, req.sampling)
+        turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt,
+                    make_cache(self.target), drafter, width, req.conversation)
         loop = RoundLoop(
             target=self.target,
             drafter=drafter,
@@ -189,8 +228,11 @@ class Session:
             cancel=cancel,
             fallback=fallback,
             verify_slope=verify_slope,
+            cache=turn.cache,
+            reused=turn.cache_n,
+            context=limit,
         )
-        yield from loop.run()
+        yield from turn.run(turn.prepare(loop))
 
     def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
         """Run the target once at every verify width so first-use costs are not timed, and

@@ -133,7 +133,8 @@ def _message(m: Any, i: int) -> dict[str, str]:
 
 
 def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any) -> Parsed:
-    from app.engine.events import DRAFT_KINDS, GenerationRequest, SamplingParams
+    from app.engine.events import GenerationRequest, SamplingParams
+    from app.kinds import KINDS as DRAFT_KINDS
 
     model = body.get("model")
     if model is not None and model not in (info.id, info.target):
@@ -195,6 +196,9 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         ngram_min=ngram_min,
         ngram_max=ngram_max,
         adaptive=_bool(ext, "adaptive", True, "draftpair."),
+        # llama-server's field: continue from the kept state of an earlier request that shares
+        # the prompt's beginning (off by default, so measured requests start fresh)
+        reuse_cache=_bool(body, "cache_prompt", False),
     )
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):

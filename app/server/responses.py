@@ -30,7 +30,7 @@ def timings_dict(t: Any) -> dict[str, Any]:
 
 
 def usage_dict(done: Any) -> dict[str, int]:
-    prompt = int(done.timings.prompt_n)
+    prompt = int(done.timings.prompt_n) + int(done.timings.cache_n)  # read + reused
     completion = len(done.token_ids)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.context import POLICY_LABELS
 from app.ui.settings import Preset, Settings
 
 
@@ -57,6 +58,13 @@ class ReplySettingsPanel(QWidget):
         self.max_spin.setValue(s.max_tokens)
         for w in (self.temp_spin, self.top_p_spin, self.max_spin):
             w.valueChanged.connect(self._on_sampling_changed)
+        self.policy_combo = QComboBox()
+        self.policy_combo.setObjectName("context_policy")
+        for key, label in POLICY_LABELS.items():
+            self.policy_combo.addItem(label, key)
+        self.policy_combo.setCurrentIndex(max(0, self.policy_combo.findData(s.context_policy)))
+        self.policy_combo.setToolTip("What happens when a chat no longer fits the model's context")
+        self.policy_combo.currentIndexChanged.connect(self._on_policy_changed)
         self.template_label = QLabel("")
         self.template_label.setProperty("role", "muted")
         self.template_label.setWordWrap(True)
@@ -77,6 +85,8 @@ class ReplySettingsPanel(QWidget):
         form.addRow("Temperature", self.temp_spin)
         form.addRow("Top-p", self.top_p_spin)
         form.addRow("Max tokens", self.max_spin)
+        form.addRow(QLabel("When a chat is too long"))
+        form.addRow(self.policy_combo)
         form.addRow(self.template_label)
         self.setMinimumWidth(230)
         self.setMaximumWidth(300)
@@ -99,6 +109,10 @@ class ReplySettingsPanel(QWidget):
         text = self.system_edit.toPlainText()
         self.settings.system_prompt = text
         self.system_changed.emit(text)
+        self.changed.emit()
+
+    def _on_policy_changed(self) -> None:
+        self.settings.context_policy = self.policy_combo.currentData()
         self.changed.emit()
 
     def _on_sampling_changed(self) -> None:

@@ -26,6 +26,7 @@ from app.ui.chat_draft import DraftSection, model_line, template_note
 from app.ui.chat_reply_settings import ReplySettingsPanel
 from app.ui.chat_store import ChatStore, Message, to_markdown
 from app.ui.chat_transcript import Transcript
+from app.ui.context_meter import ContextMeter, used_tokens
 from app.ui.format import KIND_LABELS, reply_stats
 from app.ui.live import Segment
 from app.ui.panels import LivePanels
@@ -140,8 +141,10 @@ class ChatView(View):
         self.panels_box = QCheckBox("Live panels")
         self.panels_box.setChecked(s.show_panels)
         self.panels_box.toggled.connect(self._on_panels_toggled)
+        self.context_meter = ContextMeter()
         status_row = QHBoxLayout()
         status_row.addWidget(self.state_label, 1)
+        status_row.addWidget(self.context_meter)
         status_row.addWidget(self.panels_box)
 
         chat_col = QWidget()
@@ -200,6 +203,7 @@ class ChatView(View):
         self.draft_section.on_model_state(state)
         self.template_label.setText(template_note(state))
         self.spec_combo.set_reasons(state.kinds)
+        self.context_meter.set_limit(state.context_length)
         self._update_buttons()
 
 
@@ -258,6 +262,7 @@ class ChatView(View):
         conv = self.store.conversation(conv_id)
         if conv is not None:
             self.reply_settings.set_system_prompt(conv.system_prompt)
+        self.context_meter.show_messages(self._messages())
         self.render()
         self._update_buttons()
 
@@ -344,6 +349,10 @@ class ChatView(View):
                 temperature=self.temp_spin.value(), top_p=self.top_p_spin.value()
             ),
             max_tokens=self.max_spin.value(),
+            # later turns continue from the kept state of this chat (only new tokens are read)
+            reuse_cache=True,
+            conversation=f"chat-{self.conv_id}",
+            context_policy=self.settings.context_policy,
         )
 
     def _start_reply(self) -> None:
@@ -404,6 +413,8 @@ class ChatView(View):
         words = {"prefill": "Reading the prompt", "warmup": "Preparing speculation",
                  "decoding": "Generating"}
         self.state_label.setText(words.get(stage, stage) + (f" ({message})" if message else "") + "…")
+        if stage == "prefill":
+            self.context_meter.set_used(self.job.live.snapshot().context[0])
 
     def _on_notice(self, job_id: int, code: str, message: str) -> None:
         if self.job is None or job_id != self.job.id:
@@ -440,6 +451,7 @@ class ChatView(View):
             self.state_label.setText("The reply failed.")
         else:
             self.state_label.setText(stats["line"])
+            self.context_meter.set_used(used_tokens(stats))
         self.transcript.scroll_to_end()
         self._update_buttons()
         self.reply_finished.emit(done)

@@ -25,6 +25,8 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
     stats: dict[str, Any] = {
         "tok_s": round(t.predicted_per_second, 2),
         "ttft_ms": round(t.ttft_ms, 1),
+        "prompt_n": t.prompt_n,
+        "cache_n": getattr(t, "cache_n", 0),
         "tokens": t.predicted_n,
         "draft_n": t.draft_n,
         "draft_n_accepted": t.draft_n_accepted,
@@ -42,7 +44,10 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
 
 
 def stats_line(s: dict[str, Any]) -> str:
-    parts = [f"{s.get('tok_s', 0):.1f} tok/s", f"TTFT {s.get('ttft_ms', 0):.0f} ms"]
+    ttft = f"TTFT {s.get('ttft_ms', 0):.0f} ms"
+    if s.get("cache_n"):  # what the time to first token covered: prompt read vs reused
+        ttft += f" ({s.get('prompt_n', 0):,} prompt tokens read, {s['cache_n']:,} reused)"
+    parts = [f"{s.get('tok_s', 0):.1f} tok/s", ttft]
     kind = s.get("draft_kind", "none")
     if kind != "none":
         n, a = s.get("draft_n", 0), s.get("draft_n_accepted", 0)

@@ -72,6 +72,9 @@ class LiveSnapshot:
     done: bool
     version: int  # changes whenever anything was written (the painter skips idle ticks)
     counts: tuple[int, int, int] = (0, 0, 0)  # rows ever written: rate, rounds, memory
+    prefill: tuple[int, int, float, int] | None = None  # read, to read, tok/s, reused
+    context: tuple[int, int | None] = (0, None)  # tokens in the model's context, its length
+    prompt_cache_bytes: int = 0  # kept conversation states
 
 
 @dataclass
@@ -97,6 +100,9 @@ class LiveRun:
         self._done = False
         self._finished_at: float | None = None
         self._version = 0
+        self._prefill: tuple[int, int, float, int] | None = None
+        self._context: tuple[int, int | None] = (0, None)
+        self._cache_bytes = 0
 
     def version(self) -> int:
         return self._version  # an int read is atomic; no lock needed for a change check
@@ -108,6 +114,13 @@ class LiveRun:
             self._stage = stage
             if stage == "decoding" and self._decode_t0 is None:
                 self._decode_t0 = time.perf_counter()
+
+    def on_prefill(self, done: int, total: int, tokens_per_s: float, cache_n: int,
+                   context: int | None) -> None:
+        with self._lock:
+            self._version += 1
+            self._prefill = (done, total, tokens_per_s, cache_n)
+            self._context = (cache_n + done, context)
 
     def on_token(self, text: str, from_draft: bool, counts: bool = True) -> None:
         now = time.perf_counter()
@@ -123,6 +136,7 @@ class LiveRun:
             if self._decode_t0 is None:
                 self._decode_t0 = now
             self._tokens += 1
+            self._context = (self._context[0] + 1, self._context[1])
             t = now - self._decode_t0
             self._token_times.append(now)
             while self._token_times and now - self._token_times[0] > RATE_WINDOW_S:
@@ -147,6 +161,7 @@ class LiveRun:
         swap_bytes: int,
         peak_bytes: int,
         pressure: str | None,
+        prompt_cache_bytes: int = 0,
     ) -> None:
         now = time.perf_counter()
         with self._lock:
@@ -157,6 +172,7 @@ class LiveRun:
                 (now - t0, mlx_bytes / mb, rss_bytes / mb, system_used_fraction * 100, swap_bytes / mb)
             )
             self._pressure = pressure
+            self._cache_bytes = prompt_cache_bytes
             self._peak = max(self._peak, peak_bytes)
 
     def on_done(self) -> None:
@@ -188,4 +204,7 @@ class LiveRun:
                 done=self._done,
                 version=self._version,
                 counts=(self.rate.written, self.rounds.written, self.memory.written),
+                prefill=self._prefill,
+                context=self._context,
+                prompt_cache_bytes=self._cache_bytes,
             )

@@ -242,6 +242,11 @@ class LivePanels(QWidget):
             cum = s.tokens / s.elapsed_s if s.elapsed_s > 0 else 0.0
             if s.tokens:
                 rate.append(f"{prefix}{s.tokens} tokens in {s.elapsed_s:.1f} s · {cum:.1f} tok/s overall")
+            elif s.prefill is not None and s.prefill[0] < s.prefill[1] and not s.done:
+                done, total, tps, reused = s.prefill
+                more = f", {reused:,} reused" if reused else ""
+                rate.append(f"{prefix}reading the prompt: {done:,} / {total:,} tokens · "
+                            f"{tps:,.0f} tok/s{more}")
             else:
                 rate.append(f"{prefix}{s.stage}…" if not s.done else f"{prefix}no tokens")
             if len(s.rounds):
@@ -262,6 +267,8 @@ class LivePanels(QWidget):
                     f" · <span style='color:{sys_c}'>system {last[3]:.0f}% (dotted, right)</span>"
                     f" · swap {last[4]:.0f} MB"
                 )
+                if s.prompt_cache_bytes:
+                    text += f" · kept chats {s.prompt_cache_bytes / 2**20:.0f} MB"
                 if s.pressure:
                     text += f" · pressure {s.pressure}"
                 mem.append(text)

@@ -6,7 +6,7 @@ rounds and memory samples do not go through signals at all: the worker writes th
 job's ``LiveRun`` ring buffers and the GUI reads them on its own timer.
 
 Stop is a ``threading.Event`` set directly from the GUI thread (the worker's event loop is
-busy inside ``generate``), checked by the engine once per round.
+busy inside ``generate``), checked by the engine once per round and between prompt chunks.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class ModelState:
     kinds: dict[str, str | None] = field(default_factory=dict)  # kind -> None or reason
     load_seconds: float = 0.0
     has_chat_template: bool = True
+    context_length: int | None = None  # tokens the target takes (prompt + reply)
 
 
 class EngineWorker(QObject):
@@ -89,6 +90,7 @@ class EngineWorker(QObject):
             kinds=dict(s.available_kinds()),
             load_seconds=t.load_seconds + (d.load_seconds if d is not None else 0.0),
             has_chat_template=bool(getattr(t.tokenizer, "chat_template", None)),
+            context_length=s.context_length(),
         )
 
     @Slot(str, str)
@@ -129,6 +131,7 @@ class EngineWorker(QObject):
             DoneEvent,
             MemoryEvent,
             NoticeEvent,
+            PrefillEvent,
             RoundEvent,
             StatusEvent,
             Timings,
@@ -164,7 +167,11 @@ class EngineWorker(QObject):
                         swap_bytes=m.swap_used_bytes,
                         peak_bytes=m.mlx_peak_bytes,
                         pressure=m.pressure,
+                        prompt_cache_bytes=m.prompt_cache_bytes,
                     )
+                elif isinstance(ev, PrefillEvent):
+                    live.on_prefill(ev.done, ev.total, ev.tokens_per_s, ev.cache_n, ev.context)
+                    self.job_status.emit(job.id, "prefill", prefill_line(ev))
                 elif isinstance(ev, StatusEvent):
                     live.on_stage(ev.stage)
                     self.job_status.emit(job.id, ev.stage, ev.message)
@@ -210,6 +217,12 @@ class EngineWorker(QObject):
 
         release_mlx_streams()  # MLX does not free a thread's streams by itself
         QThread.currentThread().quit()
+
+
+def prefill_line(ev: Any) -> str:
+    """``1,024 / 5,000 tokens · 812 tok/s · 3,000 reused`` for a PrefillEvent."""
+    text = f"{ev.done:,} / {ev.total:,} tokens · {ev.tokens_per_s:,.0f} tok/s"
+    return text + (f" · {ev.cache_n:,} reused" if ev.cache_n else "")
 
 
 class _Cancelled(Exception):

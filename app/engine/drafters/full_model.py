@@ -143,12 +143,16 @@ class FullModelDrafter(Drafter):
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
-        # sliding-window layers keep room for a round's writes, so rewinds stay exact
-        self.cache = widen_windows(make_cache(self.draft), self.max_width + 2)
         body = prompt[:-1]
         self.length = len(body)  # positions the draft cache holds
+        # a kept conversation's cache (app.engine.reuse) may already hold a prefix of the body
+        kept, self.resume = getattr(self, "resume", None), None
+        if kept is not None and kept.tokens == body[: kept.n]:
+            self.cache, first = kept.cache, kept.n
+        else:  # sliding-window layers keep room for a round's writes, so rewinds stay exact
+            self.cache, first = widen_windows(make_cache(self.draft), self.max_width + 2), 0
         outs: list[mx.array] = []
-        for start in range(0, len(body), self.prefill_step):
+        for start in range(first, len(body), self.prefill_step):
             chunk = mx.array(body[start : start + self.prefill_step], dtype=mx.uint32)
             self.draft.model(chunk[None], cache=self.cache)
             outs = cache_arrays(self.cache)

@@ -206,7 +206,6 @@ class ChatView(View):
         self.context_meter.set_limit(state.context_length)
         self._update_buttons()
 
-
     def on_loading(self, text: str) -> None:
         self.state_label.setText(text)
         self._update_buttons()

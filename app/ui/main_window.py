@@ -135,6 +135,8 @@ class MainWindow(QMainWindow):
         self.chat.settings_changed.connect(self.schedule_save)
         self.chat.go_to_models.connect(lambda: self.show_view("Models"))
         self.models.use_pair.connect(self._use_pair)
+        self.chat.draft_section.use_pair.connect(self._use_pair)  # the Chat sidebar's picker
+        self.chat.draft_section.store_of = lambda: self.ctx.checkpoint_store
 
         self._save_timer = QTimer(self)
         self._save_timer.setSingleShot(True)

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.ui.background import Background
 from app.ui.format import format_bytes, format_params
+from app.ui.gguf_panel import FoundModelsPanel, is_gguf_drop
 from app.ui.models_hub import HubPanel
 from app.ui.models_pairing import PairingPanel
 from app.ui.theme import Colors
@@ -56,6 +57,7 @@ class ModelsView(View):
         self._download_cancel: threading.Event | None = None
         self._download_repo: str | None = None
         self._last_progress_ui = 0.0
+        self._just_imported: str | None = None
         self._build()
         self.refresh()
 
@@ -134,8 +136,13 @@ class ModelsView(View):
         self.repo_edit, self.search_edit = right.repo_edit, right.search_edit
         self.cancel_btn, self.resume_btn = right.cancel_btn, right.resume_btn
         self.dl_title, self.dl_bar, self.dl_bytes = right.dl_title, right.dl_bar, right.dl_bytes
+        self.found = FoundModelsPanel(self.bg)  # GGUFs from LM Studio, Ollama, llama.cpp, HF
+        self.found.imported.connect(self._on_gguf_imported)
+        self.found.import_failed.connect(lambda m: self.banner.show_message(m, error=True))
+        side = splitter(Qt.Orientation.Vertical, (self.found, 2), (right, 3))
+        self.setAcceptDrops(True)  # a .gguf dropped anywhere on the view is imported
 
-        self.body_layout().addWidget(splitter(Qt.Orientation.Horizontal, (left, 3), (right, 2)))
+        self.body_layout().addWidget(splitter(Qt.Orientation.Horizontal, (left, 3), (side, 2)))
         self._update_buttons()
 
     def apply_colors(self, c: Colors) -> None:
@@ -175,13 +182,31 @@ class ModelsView(View):
         if self._pairing_for is None:
             current = self.settings.target or "demo"
             self.select_entry(current)
+        if self._just_imported:
+            self.select_entry(self._just_imported)
+            self._just_imported = None
+        self.found.refresh(self.entries)  # marks what is already imported
         self.listed.emit()
+
+    def _on_gguf_imported(self, name: str) -> None:
+        self.banner.show_message(f"Imported {name}; it is listed under Local models.", timeout_ms=6000)
+        self._just_imported = name
+        self.refresh()
+
+    def dragEnterEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
+        if is_gguf_drop(event) and self.found.proc is None:
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: Any) -> None:  # noqa: N802 (Qt override)
+        self.found.dropEvent(event)
 
     def _on_list_failed(self, message: str) -> None:
         self.list_status.setText("")
         self.banner.show_message(f"Could not list local models: {message}", error=True)
 
     def _fill_table(self) -> None:
+        from app.checkpoints.gguf_import import converted_from
+
         c = self.colors
         selected = self.selected_name()
         loaded = {self.client.state.target_path, self.client.state.draft_path}
@@ -199,8 +224,10 @@ class ModelsView(View):
                 badge, color = "✘ too big", c.bad
                 tip = "\n".join(est.lines())
             kind = e.kind_label if not e.unsupported_reason else "unsupported"
+            origin = converted_from(e.path)  # a GGUF import says where its file was found
+            source = f"GGUF · {origin.get('found_in') or 'file'}" if origin else e.source
             cells = (name, kind, format_bytes(e.size_bytes), format_params(e.param_count), badge,
-                     e.source.replace("-", " "))
+                     source.replace("-", " "))
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(ROLE_ENTRY, e.name)
@@ -212,6 +239,8 @@ class ModelsView(View):
                     item.setToolTip(e.unsupported_reason)
                 if col == 0:
                     item.setToolTip(str(e.path))
+                if col == 5 and origin:
+                    item.setToolTip("Converted from " + ", ".join(origin.get("source_files", [])))
                 self.table.setItem(r, col, item)
         self.table.blockSignals(False)
         if selected:
@@ -385,6 +414,7 @@ class ModelsView(View):
     def shutdown(self) -> None:
         if self._download_cancel is not None:
             self._download_cancel.set()
+        self.found.shutdown()
         self.bg.shutdown()
 
 

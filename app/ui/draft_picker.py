@@ -1,0 +1,127 @@
+"""The draft picker of the Chat settings (LM Studio's "Draft Model" dropdown, with reasons).
+
+``DraftPicker`` lists only what works with the loaded target: the no-model kinds (off, prompt
+lookup, MTP when the target has heads) and every draft checkpoint the pairing check ranked,
+each with its one-line reason (shown under the name and as tooltip). Kinds the engine says
+cannot run are listed disabled with their reason. Choosing emits ``chosen(kind, path)``
+(path "" for no-model kinds). ``uses_draft_model(kind)`` tells the chat bar whether to show
+the draft's name.
+
+It is fed plain data (``DraftOption``), built by ``options_from(suggestions, kinds)`` from the
+pairing check's suggestions (duck-typed: ``ranked`` / ``no_model_options`` items with ``name``,
+``path``, ``kind``, ``reason``) and the engine's per-kind reasons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QWidget
+
+from app.kinds import SPECS
+from app.ui.format import KIND_LABELS
+
+# kinds that run a separate draft checkpoint (full-model, dflash)
+MODEL_KINDS = tuple(s.name for s in SPECS if s.needs_draft_model)
+ROLE_OPTION = Qt.ItemDataRole.UserRole
+
+
+def _norm(path: Any) -> str:
+    from pathlib import Path
+
+    return str(Path(path).expanduser().resolve()) if path else ""
+
+
+def uses_draft_model(kind: str) -> bool:
+    return kind in MODEL_KINDS
+
+
+@dataclass(frozen=True)
+class DraftOption:
+    kind: str
+    path: str  # "" for the no-model kinds
+    title: str
+    reason: str  # one line: why it is offered (or why it cannot run)
+    enabled: bool = True
+
+
+def options_from(suggestions: Any | None, kinds: dict[str, str | None]) -> list[DraftOption]:
+    """Off + no-model kinds + ranked drafts; ``kinds``: engine reasons (None = can run)."""
+    out = [DraftOption("none", "", KIND_LABELS["none"], "Plain decoding, no drafter.")]
+    no_model = {"prompt-lookup": "Copies from the prompt and reply; no model needed."}
+    for s in getattr(suggestions, "no_model_options", ()) or ():
+        no_model[s.kind] = s.reason
+    for kind, why in no_model.items():
+        blocked = kinds.get(kind)
+        out.append(DraftOption(kind, "", KIND_LABELS.get(kind, kind), blocked or why,
+                               enabled=blocked is None))  # fmt: skip
+    for s in getattr(suggestions, "ranked", ()) or ():
+        if s.kind not in MODEL_KINDS or s.path is None:
+            continue
+        blocked = kinds.get(s.kind) if s.kind != "full-model" else None
+        label = f"{s.name} ({KIND_LABELS.get(s.kind, s.kind)})"
+        out.append(DraftOption(s.kind, _norm(s.path), label, blocked or s.reason,
+                               enabled=blocked is None))  # fmt: skip
+    return out
+
+
+class DraftPicker(QComboBox):
+    chosen = Signal(str, str)  # kind, draft path ("" for no-model kinds)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("draft_picker")
+        self.options: list[DraftOption] = []
+        self._quiet = False
+        self.currentIndexChanged.connect(self._on_index)
+        self.set_options([DraftOption("none", "", KIND_LABELS["none"], "No model loaded.")])
+
+    def set_options(
+        self, options: list[DraftOption], *, kind: str = "none", path: str = ""
+    ) -> None:
+        """Replace the list, keeping (kind, path) selected when it is still offered."""
+        self._quiet = True
+        try:
+            self.clear()
+            self.options = list(options)
+            model = self.model()
+            assert isinstance(model, QStandardItemModel)
+            for i, o in enumerate(self.options):
+                text = o.title if o.enabled else f"{o.title} — unavailable"
+                self.addItem(text, i)
+                item = model.item(i)
+                item.setToolTip(o.reason)
+                item.setEnabled(o.enabled)
+                self.setItemData(
+                    i, f"{text}\n{o.reason}", Qt.ItemDataRole.AccessibleDescriptionRole
+                )
+            self.select(kind, path)
+        finally:
+            self._quiet = False
+        self._sync_tooltip()
+
+    def select(self, kind: str, path: str = "") -> bool:
+        path = _norm(path)
+        for i, o in enumerate(self.options):
+            if o.kind == kind and (not uses_draft_model(kind) or o.path == path) and o.enabled:
+                self.setCurrentIndex(i)
+                return True
+        self.setCurrentIndex(0)
+        return False
+
+    def current(self) -> DraftOption:
+        i = self.currentIndex()
+        return self.options[i] if 0 <= i < len(self.options) else self.options[0]
+
+    def _on_index(self, _i: int) -> None:
+        self._sync_tooltip()
+        if not self._quiet:
+            o = self.current()
+            self.chosen.emit(o.kind, o.path)
+
+    def _sync_tooltip(self) -> None:
+        if self.options:
+            self.setToolTip(self.current().reason)

@@ -32,6 +32,10 @@ def env(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")  # never re-exec the test process
+    # models found in other apps' folders (LM Studio, Ollama, llama.cpp) stay out of the listing
+    for var, sub in (("DRAFTPAIR_LMSTUDIO_MODELS", "lmstudio"), ("OLLAMA_MODELS", "ollama"),
+                     ("LLAMA_CACHE", "llama.cpp")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
     return tmp_path
 
 

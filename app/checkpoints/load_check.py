@@ -1,0 +1,410 @@
+"""Predict whether mlx-lm will load a checkpoint folder, without reading its weights.
+
+Public API:
+    load_check(folder, role="model", *, tokenizer=True) -> list[Finding]
+        builds the model class the installed mlx-lm would build from config.json (lazily:
+        parameters are unevaluated arrays, nothing is allocated), applies the family's
+        ``sanitize`` and quantization to placeholders made from the safetensors headers, and
+        compares every parameter's name and shape; checks config keys and value types and the
+        tokenizer files. Every finding that would stop the load is a blocker. Never raises.
+    would_load(findings) -> bool
+
+It follows ``mlx_lm.utils.load_model`` step by step (same helpers, same order), so what it
+passes loads, and what fails to load was a blocker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from app.checkpoints.pairing import BLOCKER, NOTE, WARNING, Finding
+from app.checkpoints.safetensors_header import PICKLE_SUFFIXES, HeaderError, read_header
+from app.errors import technical_detail, user_message
+
+_DTYPES = {
+    "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+    "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool_",
+    "F8_E4M3": "uint8", "F8_E5M2": "uint8", "F8_E8M0": "uint8",
+}  # fmt: skip
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+class _Out:
+    def __init__(self, role: str):
+        self.role = role
+        self.who = {"target": "The target", "draft": "The draft"}.get(role, "The model")
+        self.items: list[Finding] = []
+
+    def add(self, code: str, severity: str, message: str, detail: str = "") -> None:
+        self.items.append(Finding(f"{self.role}.load.{code}", severity, message, detail))
+
+    def blocked(self) -> bool:
+        return any(f.severity == BLOCKER for f in self.items)
+
+
+def would_load(findings: list[Finding]) -> bool:
+    return not any(f.severity == BLOCKER for f in findings)
+
+
+def load_check(folder: str | os.PathLike[str], role: str = "model", *,
+               tokenizer: bool = True) -> list[Finding]:
+    out = _Out(role)
+    try:
+        _check(Path(folder), out, tokenizer)
+    except Exception as exc:  # noqa: BLE001 - a file we did not foresee is a finding
+        out.add("unexpected", BLOCKER,
+                f"DraftPair could not make sense of {folder}: {user_message(exc, folder=folder)}",
+                technical_detail(exc))
+    return out.items
+
+
+def _check(p: Path, out: _Out, tokenizer: bool) -> None:
+    if not _folder_ok(p, out):
+        return
+    config = _config(p, out)
+    if config is None:
+        return
+    if config.get("model_file"):
+        out.add("remote_code", BLOCKER,
+                f"{out.who} needs its own Python code to run, which DraftPair never runs.",
+                f"config.json model_file={config['model_file']!r}")
+        return
+    headers = _headers(p, out)
+    if tokenizer:
+        _tokenizer(p, out)
+    model_class, args_class = _classes(p, config, out)
+    if model_class is None or headers is None:
+        return
+    _quant_config_fallbacks(p, config)
+    model = _build(p, config, model_class, args_class, out)
+    if model is None:
+        return
+    _compare(p, config, model, headers, out)
+
+
+def _folder_ok(p: Path, out: _Out) -> bool:
+    try:
+        os.stat(p)
+        if not p.is_dir():
+            out.add("not_folder", BLOCKER, f"{p} is a file; a model is a folder with config.json.",
+                    str(p))
+            return False
+        os.listdir(p)
+    except OSError as exc:
+        out.add("folder_unreadable", BLOCKER, user_message(exc, file=p), technical_detail(exc))
+        return False
+    return True
+
+
+def _config(p: Path, out: _Out) -> dict | None:
+    cfg_path = p / "config.json"
+    try:
+        from mlx_lm.utils import load_config
+
+        config = load_config(p)  # what the real load reads (with generation_config.json)
+    except FileNotFoundError as exc:
+        if exc.filename and Path(exc.filename).name != "config.json":
+            out.add("config_unreadable", BLOCKER, user_message(exc), technical_detail(exc))
+        else:
+            out.add("no_config", BLOCKER,
+                    f"{p} has no config.json, so it is not a model checkpoint.", str(cfg_path))
+        return None
+    except (OSError, ValueError, RecursionError) as exc:
+        out.add("config_unreadable", BLOCKER, user_message(exc, file=cfg_path),
+                technical_detail(exc))
+        return None
+    except AttributeError as exc:  # generation_config.json that is not an object
+        out.add("config_unreadable", BLOCKER,
+                f"{p / 'generation_config.json'} is not a JSON object.", technical_detail(exc))
+        return None
+    if not isinstance(config, dict):
+        out.add("config_not_object", BLOCKER,
+                f"{cfg_path} is not a JSON object (it holds a {type(config).__name__} value).",
+                f"top-level JSON type {type(config).__name__}")
+        return None
+    return config
+
+
+def _headers(p: Path, out: _Out) -> dict[str, tuple[str, tuple[int, ...]]] | None:
+    files = sorted(f for f in p.glob("model*.safetensors"))
+    if not files:
+        others = sorted(f.name for f in p.glob("*.safetensors"))
+        pickles = sorted(f.name for f in p.iterdir() if f.suffix in PICKLE_SUFFIXES)
+        if others:
+            out.add("weights_misnamed", BLOCKER,
+                    f"mlx-lm reads only weight files named model*.safetensors; {p} has "
+                    f"{', '.join(others[:3])}.", ", ".join(others))
+        elif pickles:
+            out.add("pickle_only", BLOCKER,
+                    f"{out.who}'s weights in {p} are in an unsafe format (pickle) that DraftPair "
+                    "never opens; convert it to safetensors first.", ", ".join(pickles))
+        else:
+            out.add("no_weights", BLOCKER, f"{p} has no weight files (*.safetensors).", str(p))
+        return None
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+    bad = False
+    for f in files:
+        try:
+            header = read_header(f)
+        except HeaderError as exc:
+            out.add("weights_damaged", BLOCKER,
+                    f"{f} is truncated or not a safetensors file: {exc}", str(exc))
+            bad = True
+            continue
+        for name, t in header.tensors.items():
+            if t.dtype not in _DTYPES:
+                out.add("dtype_unknown", BLOCKER,
+                        f"{f.name} stores {name} as {t.dtype}, a number format MLX cannot read.",
+                        f"{name}: dtype {t.dtype}")
+                bad = True
+            tensors[name] = (t.dtype, t.shape)
+    return None if bad else tensors
+
+
+def _tokenizer(p: Path, out: _Out) -> None:
+    from app.checkpoints.tokenizer_files import read_tokenizer
+
+    tok = read_tokenizer(p)
+    if tok is None or tok.source == "none":
+        out.add("no_tokenizer", BLOCKER,
+                f"{p} has no tokenizer files, so text cannot be turned into tokens.",
+                "no tokenizer.json / tokenizer.model / vocab.json")
+    elif tok.problems:
+        out.add("tokenizer_damaged", BLOCKER,
+                f"The tokenizer files in {p} are damaged: {' '.join(tok.problems)}",
+                " ".join(tok.problems))
+
+
+def _classes(p: Path, config: dict, out: _Out):
+    from mlx_lm.utils import _get_classes
+
+    if "model_type" not in config:
+        out.add("config_keys", BLOCKER,
+                f"{p / 'config.json'} lacks model_type, so the kind of model is unknown.",
+                "no model_type")
+        return None, None
+    try:
+        return _get_classes(config)
+    except ValueError as exc:
+        out.add("arch_unsupported", BLOCKER,
+                f"The installed mlx-lm cannot run this kind of model "
+                f"({config.get('model_type')!r} in {p / 'config.json'}).", technical_detail(exc))
+    except Exception as exc:  # noqa: BLE001 - a module that fails to import, odd types
+        out.add("arch_unsupported", BLOCKER, user_message(exc, folder=p), technical_detail(exc))
+    return None, None
+
+
+def _quant_config_fallbacks(p: Path, config: dict) -> None:
+    """The same two fallbacks mlx-lm applies before reading quantization_config."""
+    if "quantization_config" not in config:
+        text = config.get("text_config", {})
+        if isinstance(text, dict) and "quantization_config" in text:
+            config["quantization_config"] = text["quantization_config"]
+    if "quantization_config" not in config and (p / "hf_quant_config.json").exists():
+        try:
+            config["quantization_config"] = json.loads(
+                (p / "hf_quant_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+
+
+_SIMPLE = {"int": (int,), "float": (int, float), "bool": (bool, int), "str": (str,)}
+
+
+def _type_problems(args_class, config: dict) -> tuple[list[str], list[str]]:
+    """(blocking, harmless) type mismatches between config values and ModelArgs fields."""
+    blocking, harmless = [], []
+    if not dataclasses.is_dataclass(args_class):
+        return blocking, harmless
+    for f in dataclasses.fields(args_class):
+        if f.name not in config or not f.init:
+            continue
+        ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        ann = ann.replace(" ", "")
+        optional = ann.startswith("Optional[") or "None" in ann
+        base = ann[len("Optional["):-1] if ann.startswith("Optional[") else ann.split("|")[0]
+        if base not in _SIMPLE:
+            continue
+        value = config[f.name]
+        if value is None:
+            if not optional and f.default is not None:
+                blocking.append(f"{f.name} is empty (null) but must be {_kind(base)}")
+            continue
+        ok = isinstance(value, _SIMPLE[base]) and not (base in ("int", "float")
+                                                         and isinstance(value, bool))
+        if base == "bool" and isinstance(value, int) and value not in (0, 1):
+            ok = False
+        if ok:
+            continue
+        if base == "int" and isinstance(value, float) and value.is_integer():
+            harmless.append(f"{f.name} is {value!r}, a whole number written as a decimal")
+            continue
+        blocking.append(f"{f.name} is {json.dumps(value)[:40]} but must be {_kind(base)}")
+    return blocking, harmless
+
+
+def _kind(base: str) -> str:
+    return {"int": "a whole number", "float": "a number", "bool": "true or false",
+            "str": "text"}[base]
+
+
+def _build(p: Path, config: dict, model_class, args_class, out: _Out):
+    cfg = p / "config.json"
+    mt = config.get("model_type")
+    try:
+        args = args_class.from_dict(config)
+    except Exception as exc:  # noqa: BLE001 - missing keys, __post_init__ checks
+        out.add("config_keys", BLOCKER, user_message(exc, folder=p, model_type=mt),
+                technical_detail(exc))
+        return None
+    blocking, harmless = _type_problems(args_class, config)
+    for text in harmless:
+        out.add("config_types", NOTE, f"In {cfg}, {text}; mlx-lm accepts it.", text)
+    try:
+        model = model_class(args)
+    except Exception as exc:  # noqa: BLE001 - wrong types surface here
+        msg = (f"{cfg} has settings of the wrong type: {'; '.join(blocking)}." if blocking
+               else user_message(exc, folder=p, model_type=mt))
+        out.add("config_types", BLOCKER, msg, technical_detail(exc))
+        return None
+    if blocking:
+        out.add("config_types", BLOCKER,
+                f"{cfg} has settings of the wrong type: {'; '.join(blocking)}; the model "
+                "would fail on its first token.", "; ".join(blocking))
+        return None
+    return model
+
+
+def _placeholders(headers: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
+    """Zero-stride lazy arrays with each tensor's dtype and shape: no memory, no reads."""
+    import mlx.core as mx
+
+    zeros = {d: mx.zeros((), dtype=getattr(mx, d)) for d in set(_DTYPES.values())}
+    return {name: mx.broadcast_to(zeros[_DTYPES[dt]], shape) for name, (dt, shape) in headers.items()}
+
+
+def _compare(p: Path, config: dict, model, headers, out: _Out) -> None:
+    from mlx.utils import tree_flatten
+
+    weights = _placeholders(headers)
+    try:
+        if hasattr(model, "sanitize"):
+            weights = model.sanitize(weights)
+        _quantize(model, config, weights)
+    except Exception as exc:  # noqa: BLE001
+        out.add("weights_layout", BLOCKER,
+                f"The weights in {p} do not have the layout a {config.get('model_type')} model "
+                f"expects: {user_message(exc, folder=p)}", technical_detail(exc))
+        return
+    expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
+    got = {k: tuple(v.shape) for k, v in weights.items()}
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+    _explain_layers(p, config, missing, extra, out)
+    _explain_vocab(p, config, expected, got, wrong, out)
+    if missing and not out.blocked():
+        out.add("weights_missing", BLOCKER,
+                f"The weights in {p} lack {len(missing)} tensor(s) the model in config.json needs "
+                f"(for example {', '.join(missing[:3])}).", ", ".join(missing[:20]))
+    if extra and not out.blocked():
+        out.add("weights_extra", BLOCKER,
+                f"The weights in {p} hold {len(extra)} tensor(s) the model in config.json does "
+                f"not have (for example {', '.join(extra[:3])}).", ", ".join(extra[:20]))
+    if wrong and not out.blocked():
+        k = wrong[0]
+        out.add("weights_shape", BLOCKER,
+                f"{len(wrong)} tensor(s) in {p} have other shapes than config.json describes "
+                f"(for example {k}: {got[k]} in the file, {expected[k]} expected).",
+                "; ".join(f"{n}: file {got[n]} vs model {expected[n]}" for n in wrong[:20]))
+    if out.blocked():
+        return
+    try:  # the real assignment, still lazy: catches anything the comparison did not
+        model.eval()
+        model.load_weights(list(weights.items()), strict=True)
+    except Exception as exc:  # noqa: BLE001
+        out.add("weights_mismatch", BLOCKER, user_message(exc, folder=p), technical_detail(exc))
+
+
+def _explain_layers(p: Path, config: dict, missing: list[str], extra: list[str], out: _Out) -> None:
+    if not missing and not extra:
+        return
+    have = {int(m.group(1)) for k in (set(missing) | set(extra)) if (m := _LAYER.search(k))}
+    if not have:
+        return
+    in_missing = {int(m.group(1)) for k in missing if (m := _LAYER.search(k))}
+    in_extra = {int(m.group(1)) for k in extra if (m := _LAYER.search(k))}
+    declared = config.get("num_hidden_layers", config.get("n_layer"))
+    if in_missing and not in_extra:
+        out.add("layer_count", BLOCKER,
+                f"config.json in {p} describes {declared} layers but the weights hold only "
+                f"{min(in_missing)}.", f"no weights for layers {sorted(in_missing)[:10]}")
+    elif in_extra and not in_missing:
+        out.add("layer_count", BLOCKER,
+                f"config.json in {p} describes {declared} layers but the weights hold "
+                f"{max(in_extra) + 1}.", f"weights for undeclared layers {sorted(in_extra)[:10]}")
+
+
+def _explain_vocab(p: Path, config: dict, expected, got, wrong: list[str], out: _Out) -> None:
+    for k in wrong:
+        if "embed" in k or k.startswith("lm_head") or k.endswith("wte.weight"):
+            rows_file, rows_model = got[k][0], expected[k][0]
+            if rows_file != rows_model:
+                out.add("vocab_size", BLOCKER,
+                        f"config.json in {p} says the vocabulary has {config.get('vocab_size')} "
+                        f"tokens but the weights hold {rows_file}.",
+                        f"{k}: file {got[k]} vs model {expected[k]}")
+                return
+
+
+def _quantize(model, config: dict, weights: dict) -> None:
+    """mlx-lm's quantization step, on placeholders (lazy: nothing is computed)."""
+    import mlx.nn as nn
+    from mlx_lm import utils as U
+
+    def apply(quantization: dict) -> None:
+        per_layer = config.get("quantization") or {}
+
+        def predicate(path, module):
+            if isinstance(per_layer, dict) and path in per_layer:
+                return per_layer[path]
+            if not hasattr(module, "to_quantized") or f"{path}.scales" not in weights:
+                return False
+            params = U.infer_quant_config(path, module, weights)
+            taker = getattr(U, "_takes_global_scale", None)
+            if f"{path}.global_scale" in weights and taker is not None and taker(module):
+                params["global_scale"] = True
+            return params
+
+        nn.quantize(model, group_size=quantization["group_size"], bits=quantization["bits"],
+                    mode=quantization.get("mode", "affine"), class_predicate=predicate)
+
+    if (q := config.get("quantization")) is not None:
+        apply(q)
+        return
+    qc = config.get("quantization_config")
+    if not qc:
+        return
+    method = qc["quant_method"]
+    fixed = {"mxfp4": {"group_size": 32, "bits": 4, "mode": "mxfp4"},
+             "mxfp8": {"group_size": 32, "bits": 8, "mode": "mxfp8"}}
+    if method in fixed:
+        apply(fixed[method])
+    elif method == "compressed-tensors":
+        apply(U._compressed_tensors_quantization(qc))
+    elif method in ("awq", "gptq"):
+        new, q = U._transform_awq_weights(weights, qc)
+        weights.clear()
+        weights.update(new)
+        apply(q)
+    elif method == "modelopt":
+        settings = qc.get("quantization", qc)
+        if settings["quant_algo"] != "NVFP4":
+            raise ValueError(f"unsupported modelopt quant_algo {settings['quant_algo']}")
+        apply({"group_size": settings.get("group_size", 16), "bits": 4, "mode": "nvfp4"})

@@ -7,6 +7,7 @@ Public API:
     user_message(exc, *, folder=None, file=None) -> str   one plain sentence, whatever the exception
     technical_detail(exc) -> str          the exception chain as text, for ``-v`` / a details pane
     explain_load_failure(exc, folder) -> ModelLoadError   a failed model load, in plain words
+    tokenizer_failure(exc, folder) -> str   a failed tokenizer load, in plain words
 
 The one place that turns exceptions into sentences: a sentence names the file and what is
 wrong with it, never an exception class or a constructor signature.
@@ -40,6 +41,9 @@ _QUOTED = re.compile(r"'([^']+)'")
 _SHAPE = re.compile(r"Expected shape \(([^)]*)\) but received shape \(([^)]*)\) for parameter (\S+)")
 _MISSING_PARAMS = re.compile(r"Missing (\d+) parameters?:\s*(.*)", re.S)
 _EXTRA_PARAMS = re.compile(r"Received (\d+) parameters? not in model:\s*(.*)", re.S)
+_FIELD_TYPE = re.compile(r"Field '(\w+)' expected (\w+), got (\w+)(?: \(value: (.*)\))?")
+_TYPE_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or false",
+               "str": "text", "list": "a list", "dict": "an object"}
 _MODEL_TYPE = re.compile(r"Model type (\S+) not supported")
 _TYPE_WORDS = ("NoneType", "non-int", "unsupported operand", "not subscriptable",
                "object is not iterable", "must be", "argument", "can't multiply",
@@ -55,7 +59,7 @@ def _where(folder: str | Path | None, file: str | Path | None, name: str) -> str
 
 
 def _names(text: str, limit: int = 6) -> str:
-    found = _QUOTED.findall(text) or [t.strip() for t in text.split(",") if t.strip()]
+    found = _QUOTED.findall(text) or [t.strip().rstrip(".") for t in text.split(",") if t.strip()]
     shown = ", ".join(found[:limit])
     return shown + (f" and {len(found) - limit} more" if len(found) > limit else "")
 
@@ -75,6 +79,12 @@ def user_message(
     model_type: str | None = None,
 ) -> str:
     """One plain line for a user, whatever the exception (``folder``/``file`` name the place)."""
+    text = _message(exc, folder, file, model_type)
+    first = text.split(" ", 1)[0]
+    return text if "." in first or "/" in first else text[:1].upper() + text[1:]
+
+
+def _message(exc, folder, file, model_type) -> str:
     if isinstance(exc, DraftPairError):
         return str(exc) or "DraftPair could not finish this."
     text = _first_line(exc)
@@ -84,6 +94,14 @@ def user_message(
     if m and isinstance(exc, TypeError):
         who = f"a {model_type} model" if model_type else "this kind of model"
         return f"{cfg} lacks {_names(m.group(1))} that {who} needs."
+    m = _FIELD_TYPE.search(str(exc))
+    if m:
+        value = m.group(4) if m.group(4) is not None else f"a {m.group(3)} value"
+        want = _TYPE_NAMES.get(m.group(2), m.group(2))
+        return f"In {cfg}, {m.group(1)} is {value} but must be {want}."
+    if "custom module" in text and "trust_remote_code" in text:
+        return (f"{_where(folder, None, 'The model')} needs its own Python code to run, which "
+                "DraftPair never runs.")
     m = _MODEL_TYPE.search(text)
     if m:
         return f"The installed mlx-lm cannot run this kind of model ({m.group(1)}); see {cfg}."
@@ -196,3 +214,17 @@ def _damaged_weight_file(folder: Path) -> Path | None:
         except HeaderError:
             return f
     return None
+
+
+def tokenizer_failure(exc: BaseException, folder: str | Path) -> str:
+    """Why the tokenizer of ``folder`` did not load, in one sentence."""
+    if _FIELD_TYPE.search(str(exc)) or _MISSING_ARGS.search(str(exc)):
+        return user_message(exc, folder=folder)
+    from app.checkpoints.tokenizer_files import has_tokenizer_files
+
+    if not has_tokenizer_files(Path(folder)):
+        return f"{folder} has no tokenizer files, so text cannot be turned into tokens."
+    if isinstance(exc, (UnicodeDecodeError, ValueError)) and not isinstance(exc, DraftPairError):
+        return f"The tokenizer files in {folder} are damaged (not valid text or JSON)."
+    return (f"The tokenizer files in {folder} cannot be read "
+            f"({user_message(exc, folder=folder).rstrip('.')}).")

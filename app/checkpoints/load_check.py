@@ -1,12 +1,14 @@
 """Predict whether mlx-lm will load a checkpoint folder, without reading its weights.
 
 Public API:
-    load_check(folder, role="model", *, tokenizer=True) -> list[Finding]
+    load_check(folder, role="model", *, tokenizer="load") -> list[Finding]
         builds the model class the installed mlx-lm would build from config.json (lazily:
         parameters are unevaluated arrays, nothing is allocated), applies the family's
         ``sanitize`` and quantization to placeholders made from the safetensors headers, and
         compares every parameter's name and shape; checks config keys and value types and the
-        tokenizer files. Every finding that would stop the load is a blocker. Never raises.
+        tokenizer files (tokenizer="load": also loads the tokenizer as the app does, no
+        weights; "files": only parses the files; None: skip). Every finding that would stop
+        the load is a blocker. Never raises.
     would_load(findings) -> bool
 
 It follows ``mlx_lm.utils.load_model`` step by step (same helpers, same order), so what it
@@ -53,7 +55,7 @@ def would_load(findings: list[Finding]) -> bool:
 
 
 def load_check(folder: str | os.PathLike[str], role: str = "model", *,
-               tokenizer: bool = True) -> list[Finding]:
+               tokenizer: str | None = "load") -> list[Finding]:
     out = _Out(role)
     try:
         _check(Path(folder), out, tokenizer)
@@ -72,20 +74,20 @@ def _check(p: Path, out: _Out, tokenizer: bool) -> None:
         return
     if config.get("model_file"):
         out.add("remote_code", BLOCKER,
-                f"{out.who} needs its own Python code to run, which DraftPair never runs.",
+                f"{out.who} in {p} needs its own Python code to run, which DraftPair never runs.",
                 f"config.json model_file={config['model_file']!r}")
         return
     headers = _headers(p, out)
     if tokenizer:
-        _tokenizer(p, out)
+        _tokenizer_files(p, out)
     model_class, args_class = _classes(p, config, out)
-    if model_class is None or headers is None:
-        return
-    _quant_config_fallbacks(p, config)
-    model = _build(p, config, model_class, args_class, out)
-    if model is None:
-        return
-    _compare(p, config, model, headers, out)
+    if model_class is not None and headers is not None:
+        _quant_config_fallbacks(p, config)
+        model = _build(p, config, model_class, args_class, out)
+        if model is not None:
+            _compare(p, config, model, headers, out)
+    if tokenizer == "load" and not out.blocked():
+        _tokenizer_load(p, out)
 
 
 def _folder_ok(p: Path, out: _Out) -> bool:
@@ -167,18 +169,32 @@ def _headers(p: Path, out: _Out) -> dict[str, tuple[str, tuple[int, ...]]] | Non
     return None if bad else tensors
 
 
-def _tokenizer(p: Path, out: _Out) -> None:
-    from app.checkpoints.tokenizer_files import read_tokenizer
+def _tokenizer_files(p: Path, out: _Out) -> None:
+    from app.checkpoints.tokenizer_files import has_tokenizer_files, read_tokenizer
 
     tok = read_tokenizer(p)
-    if tok is None or tok.source == "none":
+    if not has_tokenizer_files(p):
         out.add("no_tokenizer", BLOCKER,
                 f"{p} has no tokenizer files, so text cannot be turned into tokens.",
                 "no tokenizer.json / tokenizer.model / vocab.json")
-    elif tok.problems:
+    elif tok is None or tok.source == "none" or tok.problems:
+        problems = " ".join(tok.problems) if tok is not None else ""
         out.add("tokenizer_damaged", BLOCKER,
-                f"The tokenizer files in {p} are damaged: {' '.join(tok.problems)}",
-                " ".join(tok.problems))
+                f"The tokenizer files in {p} are damaged" + (f": {problems}" if problems else "."),
+                problems or "no readable vocabulary")
+
+
+def _tokenizer_load(p: Path, out: _Out) -> None:
+    """Load the tokenizer as the app does (no weights): the tokenizer library also checks the
+    value types in config.json."""
+    from mlx_lm.utils import load_tokenizer
+
+    from app.errors import tokenizer_failure
+
+    try:
+        load_tokenizer(p)
+    except Exception as exc:  # noqa: BLE001
+        out.add("tokenizer_load", BLOCKER, tokenizer_failure(exc, p), technical_detail(exc))
 
 
 def _classes(p: Path, config: dict, out: _Out):
@@ -241,9 +257,6 @@ def _type_problems(args_class, config: dict) -> tuple[list[str], list[str]]:
         if base == "bool" and isinstance(value, int) and value not in (0, 1):
             ok = False
         if ok:
-            continue
-        if base == "int" and isinstance(value, float) and value.is_integer():
-            harmless.append(f"{f.name} is {value!r}, a whole number written as a decimal")
             continue
         blocking.append(f"{f.name} is {json.dumps(value)[:40]} but must be {_kind(base)}")
     return blocking, harmless

@@ -11,7 +11,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.errors import ModelLoadError, explain_load_failure, technical_detail, user_message
+from app.errors import ModelLoadError, explain_load_failure, technical_detail, tokenizer_failure, user_message
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -60,7 +60,7 @@ def validate_folder(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise ModelLoadError(f"{path} is a file; a model is a folder with config.json.")
     cfg_path = path / "config.json"
-    if not cfg_path.exists():
+    if not cfg_path.exists() and not cfg_path.is_symlink():
         raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint.")
     try:
         config = json.loads(cfg_path.read_text())
@@ -180,8 +180,7 @@ def load_model(
     try:
         tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     except Exception as exc:
-        raise ModelLoadError(f"The tokenizer files in {path} cannot be read.",
-                             detail=technical_detail(exc)) from None
+        raise ModelLoadError(tokenizer_failure(exc, path), detail=technical_detail(exc)) from None
 
     quantized = bool(config.get("quantization") or config.get("quantization_config"))
     if backend is None:

@@ -275,13 +275,24 @@ class Store:
 
     # --- changes ----------------------------------------------------------------------------
     def import_folder(
-        self, path: str | os.PathLike[str], *, name: str | None = None, copy: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        copy: bool = False,
+        check: bool = False,
     ) -> StoreEntry:
+        """Add a folder. ``check=True`` first runs the load check and refuses a folder that
+        would not load (the StoreError says why; nothing is registered)."""
         src = Path(path).expanduser().resolve()
+        if not src.exists():
+            raise StoreError(f"{src} is not a folder (no such folder).")
         if not src.is_dir():
             raise StoreError(f"{src} is not a folder.")
         if not (src / "config.json").is_file():
             raise StoreError(f"{src} has no config.json, so it is not a model folder.")
+        if check:
+            _refuse_unloadable(src)
         name = name or src.name
         existing = {e.name for e in self.list()}
         if copy:
@@ -303,14 +314,24 @@ class Store:
         info = inspect_checkpoint(src, read_tokenizer_files=False)
         return StoreEntry(name, src, SOURCE_IMPORTED, dir_size(src), info)
 
+    def protected(self, entry: StoreEntry) -> str | None:
+        """Why ``entry`` may not be removed (the built-in demo pair), or None."""
+        if entry.source == SOURCE_BUILTIN or _is_demo_target(entry.path):
+            return (
+                f"{entry.name} is DraftPair's built-in demo model; it cannot be removed "
+                "(it would be prepared again on the next start anyway)."
+            )
+        return None
+
     def remove(self, name: str, *, delete_files: bool | None = None) -> RemoveResult:
         """Remove an entry. HF cache and models-folder entries are deleted from disk; imported
         folders are only forgotten unless ``delete_files=True``."""
         entry = self.get(name)
         if entry is None:
             raise StoreError(f"No local model is named {name!r}.")
-        if entry.source == SOURCE_BUILTIN:
-            raise StoreError("The built-in demo models cannot be removed.")
+        reason = self.protected(entry)
+        if reason:
+            raise StoreError(reason)
         if entry.source == SOURCE_IMPORTED:
             reg = self._read_registry()
             reg["imported"] = [
@@ -357,3 +378,31 @@ class Store:
             raise StoreError(f"Refusing to delete {entry.path}: it is outside {self.models_dir}.")
         shutil.rmtree(entry.path)
         return RemoveResult(entry.name, entry.path, freed, True, f"Deleted {entry.path}.")
+
+
+def _is_demo_target(path: Path) -> bool:
+    try:
+        from app.demo.target import demo_target_dir
+    except ImportError:
+        return False
+    try:
+        return Path(path).resolve() == demo_target_dir().resolve()
+    except OSError:
+        return False
+
+
+def _refuse_unloadable(folder: Path) -> None:
+    from app.checkpoints.inspect import KIND_DFLASH
+
+    info = inspect_checkpoint(folder, read_tokenizer_files=False)
+    if info.kind == KIND_DFLASH:
+        return  # a DFlash drafter is not an mlx-lm model; the pairing check judges it
+    from app.checkpoints.load_check import load_check
+
+    blockers = [f for f in load_check(folder) if f.severity == "blocker"]
+    if blockers:
+        more = f" ({len(blockers) - 1} more problem(s) with -v)" if len(blockers) > 1 else ""
+        raise StoreError(
+            f"{folder} was not imported because it would not load: {blockers[0].message}{more}",
+            detail="\n".join(f"{f.code}: {f.message} [{f.detail}]" for f in blockers),
+        )

@@ -23,7 +23,22 @@ def user_data_dir() -> Path:
 
     from platformdirs import user_data_path
 
+    from app.errors import DraftPairError, user_message
+
     override = os.environ.get("DRAFTPAIR_DATA_DIR")
     path = Path(override) if override else user_data_path("DraftPair", appauthor=False)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+    except OSError as exc:
+        raise DraftPairError(
+            f"DraftPair's data folder {path} cannot be created ({user_message(exc).rstrip('.')}). "
+            "Fix its permissions, or set DRAFTPAIR_DATA_DIR to a folder you can write.",
+            detail=str(exc),
+        ) from None
+    if not writable:
+        raise DraftPairError(
+            f"DraftPair's data folder {path} is not writable. Fix its permissions, or set "
+            "DRAFTPAIR_DATA_DIR to a folder you can write."
+        )
     return path

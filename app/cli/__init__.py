@@ -1,4 +1,4 @@
-"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo]``.
+"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo|soak]``.
 
 Each sub-command lives in its own module exposing ``register(subparsers)``; modules import
 nothing heavy at module level so ``--help`` is instant. Errors reach the user as one line on
@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "bench": ("app.cli.bench", True),
     "doctor": ("app.cli.doctor", True),
     "demo": ("app.cli.demo", True),
+    "soak": ("app.cli.soak", True),
 }
 
 EXIT_OK = 0

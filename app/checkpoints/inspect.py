@@ -191,6 +191,7 @@ def cache_rollback(config: dict, context: int | None = None) -> RollbackInfo:
 def dflash_config(config: dict) -> dict | None:
     """Normalized DFlash settings (old and June-2026 layouts), or None if not a DFlash drafter."""
     archs = config.get("architectures") or []
+    archs = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
     inner = config.get("dflash_config")
     if not (isinstance(inner, dict) or "DFlashDraftModel" in archs):
         return None

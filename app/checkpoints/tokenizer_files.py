@@ -68,6 +68,10 @@ class TokenizerInfo:
         return bool(self.id_to_token)
 
 
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
 def _load_json(path: Path, problems: list[str]) -> Any:
     if not path.is_file():
         return None
@@ -164,13 +168,16 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info.vocab_type = str(model.get("type") or ("BPE" if "merges" in model else "unknown"))
         vocab = model.get("vocab")
         if isinstance(vocab, dict):
-            info.id_to_token = {i: t for t, i in vocab.items()}
+            info.id_to_token = {i: t for t, i in vocab.items() if _is_id(i)}
+            if len(info.id_to_token) != len(vocab):
+                problems.append("tokenizer.json has vocabulary entries without a valid id.")
         elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
             info.id_to_token = {
-                i: str(p[0] if isinstance(p, list) else p) for i, p in enumerate(vocab)
+                i: str(p[0] if isinstance(p, list) and p else p) for i, p in enumerate(vocab)
             }
-        for tok in tok_json.get("added_tokens") or []:
-            if isinstance(tok, dict) and isinstance(tok.get("id"), int):
+        added = tok_json.get("added_tokens")
+        for tok in added if isinstance(added, list) else []:
+            if isinstance(tok, dict) and _is_id(tok.get("id")):
                 info.id_to_token[tok["id"]] = str(tok.get("content"))
                 info.added[tok["id"]] = str(tok.get("content"))
                 if tok.get("special"):
@@ -186,7 +193,7 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         if isinstance(vocab, dict):
             info.source = "vocab.json"
             info.vocab_type = "BPE"
-            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if isinstance(i, int)}
+            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if _is_id(i)}
     elif (folder / "tokenizer.model").is_file() or (folder / "tekken.json").is_file():
         name = "tokenizer.model" if (folder / "tokenizer.model").is_file() else "tekken.json"
         info.source = name

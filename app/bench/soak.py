@@ -62,6 +62,7 @@ class SoakResult:
     greedy_compared: int = 0
     tokens: int = 0
     memory: dict[str, int] = field(default_factory=dict)
+    rss_trace: list[int] = field(default_factory=list)  # RSS after each tenth of the run
     elapsed_s: float = 0.0
 
     @property
@@ -74,7 +75,8 @@ class SoakResult:
             "refused_invalid": self.refused, "crashes": self.crashes,
             "greedy_mismatches": self.mismatches, "violations": self.violations,
             "greedy_compared": self.greedy_compared, "tokens": self.tokens,
-            "memory": self.memory, "elapsed_s": round(self.elapsed_s, 1), "ok": self.ok,
+            "memory": self.memory, "rss_trace_mib": [round(x / 2**20, 1) for x in self.rss_trace],
+            "elapsed_s": round(self.elapsed_s, 1), "ok": self.ok,
         }  # fmt: skip
 
     def format_text(self) -> str:
@@ -88,7 +90,8 @@ class SoakResult:
             f"{len(self.violations)}, invalid requests refused {self.refused}",
             f"MLX peak {mib('mlx_peak_start')} -> {mib('mlx_peak_end')}, MLX active "
             f"{mib('mlx_active_start')} -> {mib('mlx_active_end')}, RSS {mib('rss_start')} -> "
-            f"{mib('rss_end')}",
+            f"{mib('rss_end')}; RSS after each tenth (MiB): "
+            + " ".join(f"{x / 2**20:.0f}" for x in self.rss_trace),
         ]
         for title, items in (("crash", self.crashes), ("mismatch", self.mismatches),
                              ("violation", self.violations)):
@@ -101,6 +104,7 @@ def _memory() -> dict[str, int]:
     import psutil
 
     return {"mlx_peak": int(mx.get_peak_memory()), "mlx_active": int(mx.get_active_memory()),
+            "mlx_cache": int(mx.get_cache_memory()),
             "rss": int(psutil.Process().memory_info().rss)}
 
 
@@ -228,39 +232,45 @@ def run_soak(session, config: SoakConfig,
                 result.refused += 1
             else:
                 result.violations.append(f"{_describe(bad)}: validation let it through")
-            result.requests += 1
-            continue
-        greedy = req.sampling.greedy
-        if rng.random() < 0.3:  # a stop string cut from the real output, across tokens
-            ref = runner.reference(req) if greedy else None
-            text = ref.text if ref is not None else ""
-            if len(text) > 6:
-                a = rng.randrange(1, len(text) - 4)
-                cut = text[a: a + rng.randint(2, 5)]
-                if cut.strip():
-                    req = replace(req, stop=(cut,))
-        cancel_after = None
-        if rng.random() < config.cancel_rate:
-            cancel_after = rng.choice([-1, 1, 2, 5])
-        result.kinds[req.draft_kind] += 1
-        done = runner.run(req, cancel_after)
+        else:
+            _one(runner, rng, config, req, result)
         result.requests += 1
-        if (done is not None and greedy and cancel_after is None and req.draft_kind != "none"
-                and done.finish_reason in ("stop", "length")):
-            ref = runner.reference(req)
-            if ref is not None:
-                result.greedy_compared += 1
-                if list(ref.token_ids) != list(done.token_ids):
-                    result.mismatches.append(
-                        f"{_describe(req)}: {len(done.token_ids)} tokens vs plain "
-                        f"{len(ref.token_ids)}; first difference at "
-                        f"{_first_difference(ref.token_ids, done.token_ids)}")
+        if (i + 1) % max(config.requests // 10, 1) == 0:
+            result.rss_trace.append(_memory()["rss"])
         if progress is not None:
             progress(i + 1, config.requests, result)
     result.elapsed_s = time.perf_counter() - t0
     end = _memory()
     result.memory.update({f"{k}_end": v for k, v in end.items()})
     return result
+
+
+def _one(runner: _Runner, rng: random.Random, config: SoakConfig, req: GenerationRequest,
+         result: SoakResult) -> None:
+    greedy = req.sampling.greedy
+    if rng.random() < 0.3:  # a stop string cut from the real output, across tokens
+        ref = runner.reference(req)  # plain decoding of it (seeded when sampling)
+        text = ref.text if ref is not None else ""
+        if len(text) > 6:
+            a = rng.randrange(1, len(text) - 4)
+            cut = text[a: a + rng.randint(2, 5)]
+            if cut.strip():
+                req = replace(req, stop=(cut,))
+    cancel_after = None
+    if rng.random() < config.cancel_rate:
+        cancel_after = rng.choice([-1, 1, 2, 5])
+    result.kinds[req.draft_kind] += 1
+    done = runner.run(req, cancel_after)
+    if (done is not None and greedy and cancel_after is None and req.draft_kind != "none"
+            and done.finish_reason in ("stop", "length")):
+        ref = runner.reference(req)
+        if ref is not None:
+            result.greedy_compared += 1
+            if list(ref.token_ids) != list(done.token_ids):
+                result.mismatches.append(
+                    f"{_describe(req)}: {len(done.token_ids)} tokens vs plain "
+                    f"{len(ref.token_ids)}; first difference at "
+                    f"{_first_difference(ref.token_ids, done.token_ids)}")
 
 
 def _first_difference(a, b) -> int:

@@ -1,4 +1,4 @@
-"""Benchmark: which drafter pays on which task, measured honestly (issue 5).
+"""Benchmark: which drafter pays on which task, measured honestly.
 
 Public API (for the CLI and the GUI's Bench view; run it on the thread that owns MLX)::
 

@@ -1,6 +1,6 @@
 """Run the suite: every task x temperature x condition, N repeats, interleaved, judged.
 
-Method (issue 5, DESIGN.md "Measurement rules"):
+Method (DESIGN.md "Measurement rules"):
 - conditions: ``off`` (DraftPair plain), each draft kind the pair supports at its width, and
   the peer rows ``mlx-lm plain`` / ``mlx-lm speculative`` on the same loaded weights;
 - one warm-up request per condition and temperature before measuring (not recorded);

@@ -108,7 +108,8 @@ def _print_summary(report: object) -> None:
     for g in summary.get("goals", []):
         if g["figure"] is None:
             continue
-        status = "met" if g["met"] else "NOT met"
+        status = ("too few runs to judge" if g.get("too_few_runs")
+                  else "met" if g["met"] else "NOT met")
         print(f"goal {g['name']}: {g['figure']:.2f}x (target {g['target']:.2f}x) {status}",
               file=sys.stderr)
     flagged = summary.get("contention", {}).get("flagged_measured", 0)

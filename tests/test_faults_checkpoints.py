@@ -88,6 +88,13 @@ def _misnamed(f: Path) -> None:
     weights(f).rename(f / "weights.safetensors")
 
 
+def _extra_shard(f: Path) -> None:
+    import mlx.core as mx
+
+    mx.save_safetensors(str(f / "model-mtp.safetensors"),
+                        {"mtp.layers.0.fc.weight": mx.zeros((4, 4))})
+
+
 # (id, how to damage the folder, should it load)
 CASES = [
     ("intact", lambda f: None, True),
@@ -116,6 +123,10 @@ CASES = [
     ("config symlink loop", _config_loop, False),
     ("weights misnamed", _misnamed, False),
     ("unrelated extra file", lambda f: (f / "notes.txt").write_text("hello"), True),
+    ("extra tensors in a shard", _extra_shard, False),
+    ("only sliding layers", lambda f: edit_config(
+        f, layer_types=["sliding_attention"] * 2, sliding_window=64), False),
+    ("no vocab size", lambda f: edit_config(f, vocab_size=...), False),
     ("remote code", lambda f: edit_config(f, model_file="modeling_x.py"), False),
 ]
 
@@ -159,7 +170,7 @@ def test_check_predicts_the_load(base, tmp_path, name, damage, loads):
         assert str(folder) in f.message or folder.name in f.message, f.message
     if not actual:
         assert_plain(message)
-    print(f"\n{name}: check: {[f.message for f in blockers]}\n{name}: load: {message}")
+
 
 
 def test_quantized_checkpoints(quantized, tmp_path):

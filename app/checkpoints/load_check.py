@@ -282,8 +282,11 @@ def _build(p: Path, config: dict, model_class, args_class, out: _Out):
     try:
         model = model_class(args)
     except Exception as exc:  # noqa: BLE001 - wrong types surface here
-        msg = (f"{cfg} has settings of the wrong type: {'; '.join(blocking)}." if blocking
-               else user_message(exc, folder=p, model_type=mt))
+        msg = user_message(exc, folder=p, model_type=mt)
+        if blocking:
+            msg = f"{cfg} has settings of the wrong type: {'; '.join(blocking)}."
+        elif msg.rstrip(".") == str(exc).strip().splitlines()[0].rstrip("."):  # not recognised
+            msg = f"A {mt} model cannot be built from the settings in {cfg} ({msg.rstrip('.')})."
         out.add("config_types", BLOCKER, msg, technical_detail(exc))
         return None
     if blocking:
@@ -320,7 +323,7 @@ def _compare(p: Path, config: dict, model, headers, out: _Out) -> None:
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
     wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
-    _explain_layers(p, config, missing, extra, out)
+    _explain_layers(p, config, expected, missing, extra, out)
     _explain_vocab(p, config, expected, got, wrong, out)
     if missing and not out.blocked():
         out.add("weights_missing", BLOCKER,
@@ -345,14 +348,19 @@ def _compare(p: Path, config: dict, model, headers, out: _Out) -> None:
         out.add("weights_mismatch", BLOCKER, user_message(exc, folder=p), technical_detail(exc))
 
 
-def _explain_layers(p: Path, config: dict, missing: list[str], extra: list[str], out: _Out) -> None:
+def _explain_layers(p: Path, config: dict, expected: dict, missing: list[str], extra: list[str],
+                    out: _Out) -> None:
     if not missing and not extra:
         return
-    have = {int(m.group(1)) for k in (set(missing) | set(extra)) if (m := _LAYER.search(k))}
-    if not have:
+    prefixes = {k[: m.start()] for k in expected if (m := _LAYER.search(k))}
+
+    def layers(keys: list[str]) -> set[int]:  # decoder layers only (not e.g. mtp.layers.N)
+        return {int(m.group(1)) for k in keys
+                if (m := _LAYER.search(k)) and k[: m.start()] in prefixes}
+
+    in_missing, in_extra = layers(missing), layers(extra)
+    if len(in_missing) + len(in_extra) == 0:
         return
-    in_missing = {int(m.group(1)) for k in missing if (m := _LAYER.search(k))}
-    in_extra = {int(m.group(1)) for k in extra if (m := _LAYER.search(k))}
     declared = config.get("num_hidden_layers", config.get("n_layer"))
     if in_missing and not in_extra:
         out.add("layer_count", BLOCKER,

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         cancel.set()
         raise
     except DraftPairError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), detail=exc.detail) from None
     paths = write_report(report, args.out)
     _print_summary(report)
     print(f"report: {paths['md']}")

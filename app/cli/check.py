@@ -37,7 +37,7 @@ def _resolve(name: str):
     try:
         return resolve_model(name)
     except ModelLoadError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+        raise CliError(str(exc), EXIT_USAGE, detail=exc.detail) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,13 @@ import pytest
 
 from app.errors import DraftPairError, explain_load_failure, technical_detail, user_message
 
+
+@pytest.fixture(autouse=True)
+def _no_reexec(monkeypatch):
+    """``main`` may re-execute itself for the BLAS fix; never the test process."""
+    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+
+
 INTERNALS = re.compile(r"__init__|Error\b|positional|NoneType|\[read\]|Traceback")
 
 
@@ -40,7 +47,7 @@ def test_mlx_read_errors_name_the_file(tmp_path):
 
 def test_type_errors_and_os_errors_are_plain(tmp_path):
     with pytest.raises(TypeError) as err:
-        [0] * None  # what a null hidden_size does deep inside a model
+        _ = [0] * None  # what a null hidden_size does deep inside a model
     msg = user_message(err.value, folder=tmp_path)
     assert "config.json" in msg and "wrong type" in msg and not INTERNALS.search(msg)
     for exc, words in [

@@ -14,6 +14,13 @@ from app.engine.events import DoneEvent, GenerationRequest, SamplingParams, Stat
 from app.engine.validation import problems, text_problem, validate
 from app.errors import DraftPairError
 
+
+@pytest.fixture(autouse=True)
+def _no_reexec(monkeypatch):
+    """``main`` may re-execute itself for the BLAS fix; never the test process."""
+    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+
+
 GOOD = GenerationRequest(prompt="Hello there", max_tokens=8)
 S = SamplingParams()
 

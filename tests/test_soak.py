@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.bench.soak import SoakConfig, run_soak
 from app.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _no_reexec(monkeypatch):
+    """``main`` may re-execute itself for the BLAS fix; never the test process."""
+    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+
 
 
 def test_short_soak_finds_nothing(tiny_models):

@@ -274,7 +274,7 @@ def _one(runner: _Runner, rng: random.Random, config: SoakConfig, req: Generatio
 
 
 def _first_difference(a, b) -> int:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return min(len(a), len(b))

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.checkpoints.pairing import BLOCKER, NOTE, WARNING, Finding
+from app.checkpoints.pairing import BLOCKER, NOTE, Finding
 from app.checkpoints.safetensors_header import PICKLE_SUFFIXES, HeaderError, read_header
 from app.errors import technical_detail, user_message
 

@@ -11,7 +11,13 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.errors import ModelLoadError, explain_load_failure, technical_detail, tokenizer_failure, user_message
+from app.errors import (
+    ModelLoadError,
+    explain_load_failure,
+    technical_detail,
+    tokenizer_failure,
+    user_message,
+)
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 

@@ -237,3 +237,24 @@ def test_failed_selection_is_never_saved(qtbot, tmp_path, tiny_models):
     finally:
         w.close()
         ctx.chat_store.close()
+
+
+def test_window_opens_on_damaged_profile_with_a_message(qtbot, tmp_path):
+    """Garbage in both the chat database and the settings file: the window opens, says so,
+    and keeps copies of both."""
+    from app.ui.app import build_window
+
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "settings.json").write_text("{ not json")
+    (profile / "conversations.sqlite3").write_bytes(b"garbage" * 500)
+    w = build_window(autoload=False, data_dir=profile)
+    qtbot.addWidget(w)
+    try:
+        text = " ".join(w.banner.messages)
+        assert "settings file" in text and "conversation database" in text and "kept" in text
+        assert list(profile.glob("settings.json.damaged-*"))
+        assert list(profile.glob("conversations.sqlite3.damaged-*"))
+    finally:
+        w.close()
+        w.ctx.chat_store.close()

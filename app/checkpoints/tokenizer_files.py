@@ -68,6 +68,17 @@ class TokenizerInfo:
         return bool(self.id_to_token)
 
 
+def _json_problem(path: Path, exc: BaseException) -> str:
+    """One plain sentence for a tokenizer file that cannot be parsed."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno})."
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path.name} is not text (it holds binary data)."
+    from app.errors import user_message
+
+    return f"{path.name} cannot be read: {user_message(exc)}"
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
@@ -78,7 +89,10 @@ def _load_json(path: Path, problems: list[str]) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
+        problems.append(_json_problem(path, exc))
+        return None
+    except RecursionError:
+        problems.append(f"{path.name} nests too deeply to be read.")
         return None
 
 
@@ -129,7 +143,7 @@ def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        problems.append(f"{path.name} cannot be read ({type(exc).__name__}).")
+        problems.append(_json_problem(path, exc))
         return None
     key = hashlib.sha1(raw).hexdigest()
     with _PARSED_LOCK:
@@ -139,7 +153,10 @@ def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
+        problems.append(_json_problem(path, exc))
+        return None
+    except RecursionError:
+        problems.append(f"{path.name} nests too deeply to be read.")
         return None
     with _PARSED_LOCK:
         _PARSED[key] = data

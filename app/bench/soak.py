@@ -151,7 +151,8 @@ class _Runner:
         self.result = result
         self.plain: dict[tuple, DoneEvent] = {}
 
-    def run(self, req: GenerationRequest, cancel_after: int | None = None) -> DoneEvent | None:
+    def run(self, req: GenerationRequest, cancel_after: int | None = None, *,
+            counted: bool = True) -> DoneEvent | None:
         cancel = threading.Event()
         if cancel_after is not None and cancel_after < 0:
             cancel.set()
@@ -169,9 +170,9 @@ class _Runner:
 
             self.result.crashes.append(f"{_describe(req)}: {technical_detail(exc)}")
             return None
-        return self._check(req, events, cancel_after)
+        return self._check(req, events, cancel_after, counted)
 
-    def _check(self, req, events, cancel_after) -> DoneEvent | None:
+    def _check(self, req, events, cancel_after, counted: bool) -> DoneEvent | None:
         done = [e for e in events if isinstance(e, DoneEvent)]
         what = _describe(req)
         if len(done) != 1 or events[-1] is not done[0]:
@@ -192,15 +193,16 @@ class _Runner:
             self.result.violations.append(f"{what}: the output contains a stop string")
         elif cancel_after is None and d.finish_reason == "cancelled":
             self.result.violations.append(f"{what}: cancelled without a cancel")
-        self.result.finish[d.finish_reason] += 1
-        self.result.tokens += len(d.token_ids)
+        if counted:  # plain references and warm-ups are checked but not counted
+            self.result.finish[d.finish_reason] += 1
+            self.result.tokens += len(d.token_ids)
         return d
 
     def reference(self, req: GenerationRequest) -> DoneEvent | None:
-        key = (req.prompt, req.chat, req.system_prompt, req.max_tokens, req.stop)
+        key = (req.prompt, req.chat, req.system_prompt, req.max_tokens, req.stop, req.sampling)
         if key not in self.plain:
             plain = replace(req, draft_kind="none", draft_width=None)
-            self.plain[key] = self.run(plain)
+            self.plain[key] = self.run(plain, counted=False)
         return self.plain[key]
 
 
@@ -218,9 +220,12 @@ def run_soak(session, config: SoakConfig,
     kinds = [k for k, why in session.available_kinds().items() if why is None]
     result = SoakResult()
     runner = _Runner(session, result)
-    runner.run(GenerationRequest(prompt="Hello", max_tokens=4))  # warm-up, not counted
-    result.finish.clear()
-    result.tokens = 0
+    for kind in kinds:  # warm-up of every kind, greedy and sampled, not counted
+        for t in (0.0, 0.7):
+            runner.run(GenerationRequest(prompt="Hello", max_tokens=8, draft_kind=kind,
+                                         sampling=SamplingParams(temperature=t, seed=0)),
+                       counted=False)
+    runner.plain.clear()
     start = _memory()
     result.memory.update({f"{k}_start": v for k, v in start.items()})
     t0 = time.perf_counter()

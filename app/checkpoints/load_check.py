@@ -8,7 +8,8 @@ Public API:
         compares every parameter's name and shape; checks config keys and value types and the
         tokenizer files (tokenizer="load": also loads the tokenizer as the app does, no
         weights; "files": only parses the files; None: skip). Every finding that would stop
-        the load is a blocker. Never raises.
+        the load is a blocker. Never raises. Results are kept per folder until one of its
+        files changes (name, size or time), so repeated checks are instant.
     would_load(findings) -> bool
 
 It follows ``mlx_lm.utils.load_model`` step by step (same helpers, same order), so what it
@@ -21,6 +22,8 @@ import dataclasses
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +57,42 @@ def would_load(findings: list[Finding]) -> bool:
     return not any(f.severity == BLOCKER for f in findings)
 
 
+_CACHE: OrderedDict[tuple, list[Finding]] = OrderedDict()
+_CACHE_MAX = 32
+_CACHE_LOCK = threading.Lock()
+
+
+def _fingerprint(p: Path) -> tuple | None:
+    """Names, sizes and times of the folder's files: a changed file is checked again."""
+    try:
+        return tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns)
+                            for e in os.scandir(p) if e.is_file()))
+    except OSError:
+        return None
+
+
 def load_check(folder: str | os.PathLike[str], role: str = "model", *,
                tokenizer: str | None = "load") -> list[Finding]:
+    p = Path(folder)
+    stamp = _fingerprint(p)
+    key = (str(p.resolve()) if stamp is not None else None, role, tokenizer, stamp)
+    if stamp is not None:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                _CACHE.move_to_end(key)
+                return list(_CACHE[key])
     out = _Out(role)
     try:
-        _check(Path(folder), out, tokenizer)
+        _check(p, out, tokenizer)
     except Exception as exc:  # noqa: BLE001 - a file we did not foresee is a finding
         out.add("unexpected", BLOCKER,
                 f"DraftPair could not make sense of {folder}: {user_message(exc, folder=folder)}",
                 technical_detail(exc))
+    if stamp is not None:
+        with _CACHE_LOCK:
+            _CACHE[key] = list(out.items)
+            while len(_CACHE) > _CACHE_MAX:
+                _CACHE.popitem(last=False)
     return out.items
 
 

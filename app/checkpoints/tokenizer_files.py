@@ -185,8 +185,11 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info.vocab_type = str(model.get("type") or ("BPE" if "merges" in model else "unknown"))
         vocab = model.get("vocab")
         if isinstance(vocab, dict):
-            info.id_to_token = {i: t for t, i in vocab.items() if _is_id(i)}
-            if len(info.id_to_token) != len(vocab):
+            ids = vocab.values()
+            if all(type(i) is int for i in ids) and (not ids or 0 <= min(ids) <= max(ids) < 2**31):
+                info.id_to_token = {i: t for t, i in vocab.items()}  # the fast, usual case
+            else:
+                info.id_to_token = {i: t for t, i in vocab.items() if _is_id(i)}
                 problems.append("tokenizer.json has vocabulary entries without a valid id.")
         elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
             info.id_to_token = {

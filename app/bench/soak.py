@@ -64,6 +64,7 @@ class SoakResult:
     memory: dict[str, int] = field(default_factory=dict)
     rss_trace: list[int] = field(default_factory=list)  # RSS after each tenth of the run
     elapsed_s: float = 0.0
+    interrupted: bool = False  # stopped with Ctrl-C before all requests ran
 
     @property
     def ok(self) -> bool:
@@ -76,14 +77,15 @@ class SoakResult:
             "greedy_mismatches": self.mismatches, "violations": self.violations,
             "greedy_compared": self.greedy_compared, "tokens": self.tokens,
             "memory": self.memory, "rss_trace_mib": [round(x / 2**20, 1) for x in self.rss_trace],
-            "elapsed_s": round(self.elapsed_s, 1), "ok": self.ok,
+            "elapsed_s": round(self.elapsed_s, 1), "interrupted": self.interrupted, "ok": self.ok,
         }  # fmt: skip
 
     def format_text(self) -> str:
         m = self.memory
         mib = lambda k: f"{m.get(k, 0) / 2**20:.1f} MiB"  # noqa: E731
         lines = [
-            f"{self.requests} requests in {self.elapsed_s:.0f} s, {self.tokens} tokens; "
+            f"{self.requests} requests" + (" (interrupted)" if self.interrupted else "")
+            + f" in {self.elapsed_s:.0f} s, {self.tokens} tokens; "
             f"kinds {dict(self.kinds)}; finish {dict(self.finish)}",
             f"crashes {len(self.crashes)}, greedy outputs different from plain "
             f"{len(self.mismatches)} of {self.greedy_compared} compared, invariant violations "
@@ -229,6 +231,17 @@ def run_soak(session, config: SoakConfig,
     start = _memory()
     result.memory.update({f"{k}_start": v for k, v in start.items()})
     t0 = time.perf_counter()
+    try:
+        _loop(runner, rng, config, kinds, result, progress)
+    except KeyboardInterrupt:  # Ctrl-C: report what ran so far
+        result.interrupted = True
+    result.elapsed_s = time.perf_counter() - t0
+    end = _memory()
+    result.memory.update({f"{k}_end": v for k, v in end.items()})
+    return result
+
+
+def _loop(runner, rng, config, kinds, result, progress) -> None:
     for i in range(config.requests):
         req = _request(rng, config, kinds)
         if rng.random() < config.invalid_rate:
@@ -244,10 +257,6 @@ def run_soak(session, config: SoakConfig,
             result.rss_trace.append(_memory()["rss"])
         if progress is not None:
             progress(i + 1, config.requests, result)
-    result.elapsed_s = time.perf_counter() - t0
-    end = _memory()
-    result.memory.update({f"{k}_end": v for k, v in end.items()})
-    return result
 
 
 def _one(runner: _Runner, rng: random.Random, config: SoakConfig, req: GenerationRequest,

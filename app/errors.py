@@ -3,11 +3,11 @@
 Public API:
     DraftPairError(message, detail="")   an error whose message is written for the user;
         ``detail`` keeps the technical text for ``-v`` and a details pane
-    ModelLoadError, SpeculationUnavailable
+    ModelLoadError
     user_message(exc, *, folder=None, file=None) -> str   one plain sentence, whatever the exception
     technical_detail(exc) -> str          the exception chain as text, for ``-v`` / a details pane
-    explain_load_failure(exc, folder) -> ModelLoadError   a failed model load, in plain words
-    tokenizer_failure(exc, folder) -> str   a failed tokenizer load, in plain words
+    names_a_setting(exc) -> bool          a config value missing or of the wrong type
+    (a failed model or tokenizer load: app.checkpoints.load_errors)
 
 The one place that turns exceptions into sentences: a sentence names the file and what is
 wrong with it, never an exception class or a constructor signature.
@@ -30,10 +30,6 @@ class DraftPairError(Exception):
 
 class ModelLoadError(DraftPairError):
     pass
-
-
-class SpeculationUnavailable(DraftPairError):
-    """Speculation cannot run for this pair/kind; the message says why."""
 
 
 _MISSING_ARGS = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.*)")
@@ -87,6 +83,9 @@ def user_message(
 def _message(exc, folder, file, model_type) -> str:
     if isinstance(exc, DraftPairError):
         return str(exc) or "DraftPair could not finish this."
+    plain = getattr(exc, "plain_message", None)  # lower layers' own sentences (resources)
+    if isinstance(plain, str) and plain:
+        return plain
     text = _first_line(exc)
     cfg = _where(folder, None, "config.json")
     weights = _where(folder, file, "the weight files")
@@ -181,50 +180,6 @@ def technical_detail(exc: BaseException) -> str:
     return "\n".join(lines)
 
 
-def explain_load_failure(exc: BaseException, folder: str | Path) -> ModelLoadError:
-    """A failed mlx-lm load of ``folder`` as one plain sentence; names the damaged file."""
-    folder = Path(folder)
-    detail = technical_detail(exc)
-    file = None
-    text = str(exc)
-    if "[read]" in text or "[load_safetensors]" in text or "json.exception" in text:
-        file = _damaged_weight_file(folder)
-    model_type = None
-    try:
-        import json
-
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        model_type = cfg.get("model_type") if isinstance(cfg, dict) else None
-    except (OSError, ValueError):
-        pass
-    if isinstance(exc, FileNotFoundError) and "No safetensors" in text:
-        msg = (f"{folder} has no weight files named model*.safetensors, the only names "
-               "mlx-lm reads; rename the weight files.")
-    else:
-        msg = user_message(exc, folder=folder, file=file, model_type=model_type)
-    return ModelLoadError(msg, detail=detail)
-
-
-def _damaged_weight_file(folder: Path) -> Path | None:
-    from app.checkpoints.safetensors_header import HeaderError, read_header
-
-    for f in sorted(folder.glob("*.safetensors")):
-        try:
-            read_header(f)
-        except HeaderError:
-            return f
-    return None
-
-
-def tokenizer_failure(exc: BaseException, folder: str | Path) -> str:
-    """Why the tokenizer of ``folder`` did not load, in one sentence."""
-    if _FIELD_TYPE.search(str(exc)) or _MISSING_ARGS.search(str(exc)):
-        return user_message(exc, folder=folder)
-    from app.checkpoints.tokenizer_files import has_tokenizer_files
-
-    if not has_tokenizer_files(Path(folder)):
-        return f"{folder} has no tokenizer files, so text cannot be turned into tokens."
-    if isinstance(exc, (UnicodeDecodeError, ValueError)) and not isinstance(exc, DraftPairError):
-        return f"The tokenizer files in {folder} are damaged (not valid text or JSON)."
-    return (f"The tokenizer files in {folder} cannot be read "
-            f"({user_message(exc, folder=folder).rstrip('.')}).")
+def names_a_setting(exc: BaseException) -> bool:
+    """Whether ``exc`` is about a config value (missing or of the wrong type)."""
+    return bool(_FIELD_TYPE.search(str(exc)) or _MISSING_ARGS.search(str(exc)))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import DraftPairError, explain_load_failure, technical_detail, user_message
+from app.checkpoints.load_errors import explain_load_failure
+from app.errors import DraftPairError, technical_detail, user_message
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """The checkpoint fault matrix: the load check says blocker exactly when the real load fails.
 
 Every case damages a copy of a tiny real llama checkpoint, then runs both
-``app.checkpoints.load_check.load_check`` (no weights read) and the real
+``app.checkpoints.pairing.load_check.load_check`` (no weights read) and the real
 ``app.engine.models.load_model`` (through mlx-lm) followed by one forward step. The two must
 agree, the expected outcome is stated per case (so a check that blocks everything fails too),
 and neither message may show an exception class or a constructor signature.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from app.checkpoints.load_check import load_check, would_load
+from app.checkpoints.pairing.load_check import load_check, would_load
 
 PYTHON_WORDS = re.compile(
     r"__init__|TypeError|ValueError|KeyError|RuntimeError|Traceback|positional argument|"
@@ -243,7 +243,7 @@ def test_seven_billion_config_is_checked_without_memory(base, tmp_path):
 CHILD = """
 import json, os, sys
 from pathlib import Path
-from app.checkpoints.load_check import load_check, would_load
+from app.checkpoints.pairing.load_check import load_check, would_load
 from tests.test_faults_checkpoints import real_load
 load_check(sys.argv[2]); real_load(Path(sys.argv[2]))  # every import done while privileged
 if os.geteuid() == 0:  # root reads everything: become nobody (Python lives under /root here)

@@ -71,7 +71,7 @@ def finish_and_compare(fake, source, cache, done_before: list[str]) -> None:
         assert after.get(name, 0) == before.get(name, 0), f"{name} was downloaded again"
     for f in source.iterdir():
         assert (path / f.name).read_bytes() == f.read_bytes()
-    from app.checkpoints.load_check import load_check, would_load
+    from app.checkpoints.pairing.load_check import load_check, would_load
 
     assert would_load(load_check(path))
 

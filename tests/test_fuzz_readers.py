@@ -66,10 +66,10 @@ def test_config_values(template, config):
         info = I._inspect(folder, True)
         if info.config is not None:
             I.cache_rollback(info.config, 4096)
-            from app.checkpoints.memory import estimate_memory
+            from app.checkpoints.memory_estimate import estimate_memory
 
             estimate_memory(info, None, context=128, draft_kind="none")
-        from app.checkpoints.load_check import load_check
+        from app.checkpoints.pairing.load_check import load_check
 
         for f in load_check(folder, tokenizer="files"):
             assert f.message and "Traceback" not in f.message

@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.checkpoints.inspect import CheckpointInfo, inspect_checkpoint
 from app.errors import DraftPairError
+from app.fileio import atomic_write_json
 
 REGISTRY_VERSION = 1
 SOURCE_HF = "hf-cache"
@@ -124,20 +125,6 @@ class RemoveResult:
     message: str
 
 
-def _atomic_write_json(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class Store:
     def __init__(self, *, data_dir: Path | None = None, hf_cache: Path | None = None):
         if data_dir is None:
@@ -165,7 +152,7 @@ class Store:
 
     def _write_registry(self, data: dict) -> None:
         data["version"] = REGISTRY_VERSION
-        _atomic_write_json(self.registry_path, data)
+        atomic_write_json(self.registry_path, data)
 
     # --- listing ----------------------------------------------------------------------------
     def _hf_entries(self) -> list[StoreEntry]:
@@ -232,25 +219,21 @@ class Store:
         return out
 
     def _builtin_entries(self) -> list[StoreEntry]:
-        try:
-            from app.demo.target import demo_draft_path
-        except ImportError:
-            return []
-        try:
-            p = Path(demo_draft_path())
-        except Exception:  # noqa: BLE001 - a missing demo must not break the listing
-            return []
-        if not (p / "config.json").exists():
-            return []
-        return [
-            StoreEntry(
-                "demo-draft",
-                p,
-                SOURCE_BUILTIN,
-                dir_size(p),
-                inspect_checkpoint(p, read_tokenizer_files=False),
-            )
-        ]
+        from app.checkpoints import builtins
+
+        out = []
+        for builtin in builtins.registered():
+            if not builtin.listed:
+                continue
+            try:
+                p = builtin.present()
+            except Exception:  # noqa: BLE001 - a missing demo must not break the listing
+                continue
+            if p is None or not (p / "config.json").exists():
+                continue
+            info = inspect_checkpoint(p, read_tokenizer_files=False)
+            out.append(StoreEntry(builtin.name, p, SOURCE_BUILTIN, dir_size(p), info))
+        return out
 
     def list(self) -> list[StoreEntry]:
         entries = self._builtin_entries() + self._folder_entries() + self._hf_entries()
@@ -280,10 +263,10 @@ class Store:
         *,
         name: str | None = None,
         copy: bool = False,
-        check: bool = False,
+        check: Callable[[Path], None] | None = None,
     ) -> StoreEntry:
-        """Add a folder. ``check=True`` first runs the load check and refuses a folder that
-        would not load (the StoreError says why; nothing is registered)."""
+        """Add a folder. ``check`` (e.g. ``pairing.load_check.refuse_unloadable``) runs first
+        and raises to refuse a folder that would not load; nothing is registered then."""
         src = Path(path).expanduser().resolve()
         if not src.exists():
             raise StoreError(f"{src} is not a folder (no such folder).")
@@ -291,8 +274,8 @@ class Store:
             raise StoreError(f"{src} is not a folder.")
         if not (src / "config.json").is_file():
             raise StoreError(f"{src} has no config.json, so it is not a model folder.")
-        if check:
-            _refuse_unloadable(src)
+        if check is not None:
+            check(src)
         name = name or src.name
         existing = {e.name for e in self.list()}
         if copy:
@@ -316,7 +299,7 @@ class Store:
 
     def protected(self, entry: StoreEntry) -> str | None:
         """Why ``entry`` may not be removed (the built-in demo pair), or None."""
-        if entry.source == SOURCE_BUILTIN or _is_demo_target(entry.path):
+        if entry.source == SOURCE_BUILTIN or _is_builtin_folder(entry, self.models_dir):
             return (
                 f"{entry.name} is DraftPair's built-in demo model; it cannot be removed "
                 "(it would be prepared again on the next start anyway)."
@@ -380,29 +363,21 @@ class Store:
         return RemoveResult(entry.name, entry.path, freed, True, f"Deleted {entry.path}.")
 
 
-def _is_demo_target(path: Path) -> bool:
-    try:
-        from app.demo.target import demo_target_dir
-    except ImportError:
-        return False
-    try:
-        return Path(path).resolve() == demo_target_dir().resolve()
-    except OSError:
-        return False
+def _is_builtin_folder(entry: StoreEntry, models_dir: Path) -> bool:
+    """Whether ``entry`` is the folder of a built-in model: the one its registration reports,
+    or ``models/<name>`` under a built-in's name (the demo target lives there, prepared or
+    half-prepared)."""
+    from app.checkpoints import builtins
 
-
-def _refuse_unloadable(folder: Path) -> None:
-    from app.checkpoints.inspect import KIND_DFLASH
-
-    info = inspect_checkpoint(folder, read_tokenizer_files=False)
-    if info.kind == KIND_DFLASH:
-        return  # a DFlash drafter is not an mlx-lm model; the pairing check judges it
-    from app.checkpoints.load_check import load_check
-
-    blockers = [f for f in load_check(folder) if f.severity == "blocker"]
-    if blockers:
-        more = f" ({len(blockers) - 1} more problem(s) with -v)" if len(blockers) > 1 else ""
-        raise StoreError(
-            f"{folder} was not imported because it would not load: {blockers[0].message}{more}",
-            detail="\n".join(f"{f.code}: {f.message} [{f.detail}]" for f in blockers),
-        )
+    for builtin in builtins.registered():
+        if entry.source == SOURCE_MODELS and entry.path.name == builtin.name and (
+            entry.path.parent.resolve() == models_dir.resolve()
+        ):
+            return True
+        try:
+            folder = builtin.present()
+            if folder is not None and Path(folder).resolve() == entry.path.resolve():
+                return True
+        except Exception:  # noqa: BLE001 - a missing demo must not break removal checks
+            continue
+    return False

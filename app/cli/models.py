@@ -74,17 +74,8 @@ def _fail(exc: Exception):
     return CliError(user_message(exc), detail=getattr(exc, "detail", "") or technical_detail(exc))
 
 
-def _fmt_params(n: int | None) -> str:
-    if not n:
-        return "?"
-    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= div:
-            return f"{n / div:.1f}{unit}"
-    return str(n)
-
-
 def run_list(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.units import format_bytes, format_params
 
     entries = _store().list()
     if args.json:
@@ -101,7 +92,7 @@ def run_list(args: argparse.Namespace) -> int:
             e.name,
             e.kind_label,
             format_bytes(e.size_bytes),
-            _fmt_params(e.param_count),
+            format_params(e.param_count),
             e.quantization or e.dtype or "?",
             str(e.vocab_size or "?"),
             str(e.context_length or "?"),
@@ -142,7 +133,7 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _progress_printer():
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     is_tty = sys.stderr.isatty()
     last = {"line": ""}
@@ -169,7 +160,7 @@ def run_pull(args: argparse.Namespace) -> int:
     import logging
 
     from app.checkpoints.hub import HubError, download, repo_info
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries: our message says it
     _refuse_local_path(args.repo_id)
@@ -219,12 +210,14 @@ def _refuse_local_path(text: str) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from app.checkpoints.store import StoreError
+    from app.errors import DraftPairError
 
     try:
+        from app.checkpoints.pairing.load_check import refuse_unloadable
+
         entry = _store().import_folder(args.path, name=args.name, copy=args.copy,
-                                       check=not args.force)
-    except (StoreError, OSError) as exc:
+                                       check=None if args.force else refuse_unloadable)
+    except (DraftPairError, OSError) as exc:
         raise _fail(exc) from None
     print(f"Imported {entry.name} ({entry.kind_label}) from {entry.path}")
     if entry.unsupported_reason:
@@ -233,7 +226,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
     from app.checkpoints.store import SOURCE_IMPORTED, StoreError
     from app.cli import EXIT_USAGE, CliError
 

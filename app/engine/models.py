@@ -11,13 +11,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.errors import (
-    ModelLoadError,
-    explain_load_failure,
-    technical_detail,
-    tokenizer_failure,
-    user_message,
-)
+from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
+from app.errors import ModelLoadError, technical_detail, user_message
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -50,13 +45,6 @@ class LoadedModel:
         from mlx.utils import tree_flatten
 
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
-
-
-def resolve_path(name_or_path: str | Path) -> Path:
-    """A local folder for ``name_or_path`` ("demo", a store name, a path...)."""
-    from app.checkpoints.resolve import resolve_model
-
-    return Path(resolve_model(str(name_or_path)))
 
 
 def validate_folder(path: Path) -> dict[str, Any]:
@@ -157,9 +145,10 @@ def _expand_small_quantized(model: nn.Module, limit: int = EXPAND_QUANTIZED_LIMI
 
 
 def load_model(
-    name_or_path: str | Path, *, precision: str = "auto", backend: str | None = None
+    path: str | Path, *, precision: str = "auto", backend: str | None = None
 ) -> LoadedModel:
-    """Load a checkpoint folder with mlx-lm.
+    """Load a checkpoint folder with mlx-lm (names are resolved by the caller:
+    ``app.checkpoints.resolve.resolve_model``).
 
     ``precision="auto"``: on the CPU backend unquantized half-precision weights are cast to
     float32 (the fastest there); on Metal/CUDA weights stay as stored. ``"float32"``,
@@ -169,7 +158,7 @@ def load_model(
     from mlx_lm.utils import load_tokenizer
 
     started = time.perf_counter()
-    path = resolve_path(name_or_path)
+    path = Path(path).expanduser()
     config = validate_folder(path)
     try:
         model, config = mlx_load_model(path, lazy=False, trust_remote_code=False)
@@ -247,7 +236,3 @@ def trim(cache: list[Any], n: int) -> None:
         return
     for c in cache:
         c.trim(n)
-
-
-def cache_offset(cache: list[Any]) -> int:
-    return int(getattr(cache[0], "offset", 0)) if cache else 0

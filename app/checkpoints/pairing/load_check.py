@@ -11,6 +11,7 @@ Public API:
         the load is a blocker. Never raises. Results are kept per folder until one of its
         files changes (name, size or time), so repeated checks are instant.
     would_load(findings) -> bool
+    refuse_unloadable(folder) -> None      raises DraftPairError when it would not load (imports)
 
 It follows ``mlx_lm.utils.load_model`` step by step (same helpers, same order), so what it
 passes loads, and what fails to load was a blocker.
@@ -27,9 +28,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from app.checkpoints.pairing import BLOCKER, NOTE, Finding
+from app.checkpoints.pairing.report import BLOCKER, NOTE, Finding
 from app.checkpoints.safetensors_header import PICKLE_SUFFIXES, HeaderError, read_header
-from app.errors import technical_detail, user_message
+from app.errors import DraftPairError, technical_detail, user_message
 
 _DTYPES = {
     "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
@@ -55,6 +56,22 @@ class _Out:
 
 def would_load(findings: list[Finding]) -> bool:
     return not any(f.severity == BLOCKER for f in findings)
+
+
+def refuse_unloadable(folder: Path) -> None:
+    """Raise DraftPairError (the first reason, all of them in ``detail``) when ``folder``
+    would not load. DFlash drafters are not mlx-lm models: the pairing check judges them."""
+    from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
+
+    if inspect_checkpoint(folder, read_tokenizer_files=False).kind == KIND_DFLASH:
+        return
+    blockers = [f for f in load_check(folder) if f.severity == BLOCKER]
+    if blockers:
+        more = f" ({len(blockers) - 1} more problem(s) with -v)" if len(blockers) > 1 else ""
+        raise DraftPairError(
+            f"{folder} was not imported because it would not load: {blockers[0].message}{more}",
+            detail="\n".join(f"{f.code}: {f.message} [{f.detail}]" for f in blockers),
+        )
 
 
 _CACHE: OrderedDict[tuple, list[Finding]] = OrderedDict()
@@ -219,7 +236,7 @@ def _tokenizer_load(p: Path, out: _Out) -> None:
     value types in config.json."""
     from mlx_lm.utils import load_tokenizer
 
-    from app.errors import tokenizer_failure
+    from app.checkpoints.load_errors import tokenizer_failure
 
     try:
         load_tokenizer(p)

@@ -289,3 +289,16 @@ def test_unreadable_folder(base):
     assert out["check"] is False and out["load"] is False
     assert any("permission denied" in m for m in out["messages"]), out
     assert_plain(out["load_message"])
+
+
+def test_cli_check_refuses_what_would_not_load(base, tiny_draft, tmp_path, capsys, monkeypatch):
+    from app.cli import main
+
+    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+    folder = tmp_path / "bad model"
+    shutil.copytree(base, folder)
+    edit_config(folder, hidden_size=...)
+    assert main(["check", str(folder)]) == 3
+    out = capsys.readouterr().out
+    assert "Will not work" in out and "lacks hidden_size that a llama model needs" in out
+    assert main(["check", str(base), str(tiny_draft)]) == 0

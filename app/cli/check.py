@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
 
     target = _resolve(args.target)
     draft = _resolve(args.draft) if args.draft else None
-    report = check(target, draft, kind=args.kind, context=args.context)
+    from app.checkpoints.pairing.load_check import with_load_check
+
+    report = with_load_check(check(target, draft, kind=args.kind, context=args.context))
     if args.json:
         data = report.to_dict()
         data["summary"] = report.summary()

@@ -12,6 +12,7 @@ Public API:
         files changes (name, size or time), so repeated checks are instant.
     would_load(findings) -> bool
     refuse_unloadable(folder) -> None      raises DraftPairError when it would not load (imports)
+    with_load_check(report) -> PairingReport   a pairing report plus these findings
 
 It follows ``mlx_lm.utils.load_model`` step by step (same helpers, same order), so what it
 passes loads, and what fails to load was a blocker.
@@ -56,6 +57,30 @@ class _Out:
 
 def would_load(findings: list[Finding]) -> bool:
     return not any(f.severity == BLOCKER for f in findings)
+
+
+def with_load_check(report):
+    """``report`` (a PairingReport) with the load check's findings for its target and, for a
+    full-model pair, its draft; findings already in the report are not added twice."""
+    from dataclasses import replace
+
+    from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
+    from app.checkpoints.pairing.report import verdict_of
+
+    new: list[Finding] = []
+    roles = [("target", report.target)]
+    if report.draft is not None and report.kind == "full-model":
+        roles.append(("draft", report.draft))
+    for role, path in roles:
+        if any(f.severity == BLOCKER and f.code.startswith(role + ".") for f in report.findings):
+            continue  # already refused for a plainer reason
+        if inspect_checkpoint(path, read_tokenizer_files=False).kind == KIND_DFLASH:
+            continue
+        new += [f for f in load_check(path, role) if f not in report.findings]
+    if not new:
+        return report
+    findings = tuple(report.findings) + tuple(new)
+    return replace(report, findings=findings, verdict=verdict_of(findings))
 
 
 def refuse_unloadable(folder: Path) -> None:

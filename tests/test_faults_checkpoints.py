@@ -170,6 +170,8 @@ def test_check_predicts_the_load(base, tmp_path, name, damage, loads):
         assert str(folder) in f.message or folder.name in f.message, f.message
     if not actual:
         assert_plain(message)
+    # the fast mode (tokenizer files parsed, not loaded) predicts the same
+    assert would_load(load_check(folder, "target", tokenizer="files")) == actual, name
 
 
 

@@ -160,6 +160,8 @@ def _check(p: Path, out: _Out, tokenizer: bool) -> None:
             _compare(p, config, model, headers, out)
     if tokenizer == "load" and not out.blocked():
         _tokenizer_load(p, out)
+    elif tokenizer == "files" and not out.blocked():
+        _decimal_counts(p, config, out)
 
 
 def _folder_ok(p: Path, out: _Out) -> bool:
@@ -254,6 +256,20 @@ def _tokenizer_files(p: Path, out: _Out) -> None:
         out.add("tokenizer_damaged", BLOCKER,
                 f"The tokenizer files in {p} are damaged" + (f": {problems}" if problems else "."),
                 problems or "no readable vocabulary")
+
+
+_COUNT_KEY = re.compile(r"^(num_|n_|max_)|(_size|_layers|_heads|_dim|_id|_positions)$")
+
+
+def _decimal_counts(p: Path, config: dict, out: _Out) -> None:
+    """Without loading the tokenizer: the tokenizer library validates config.json's value
+    types and refuses a count written as a decimal (``2048.0``)."""
+    bad = [f"{k} is {v!r}" for k, v in config.items()
+           if _COUNT_KEY.search(k) and isinstance(v, float) and v.is_integer()]
+    if bad:
+        out.add("config_types", BLOCKER,
+                f"In {p / 'config.json'}, {'; '.join(bad[:3])} but must be a whole number.",
+                "; ".join(bad))
 
 
 def _tokenizer_load(p: Path, out: _Out) -> None:

@@ -300,3 +300,14 @@ def test_load_matched_ratios_only_pair_runs_that_met_the_same_load():
     out = compare(on, off)
     assert out["speedup"] == 2.0 and out["verdict"] == FASTER
     assert out["matched_ratios"] == [2.0, 1.2]  # repeat 1 met 0.2 vs 1.4 cores: left out
+
+
+def test_one_run_per_condition_gives_no_verdict_and_no_recommendation():
+    from app.bench.stats import TOO_FEW
+
+    assert verdict([20.0], [10.0]) == TOO_FEW and verdict([20.0, 21.0], [10.0, 11.0]) == FASTER
+    rows = [{"task_id": t, "task_kind": "rewrite", "condition": "prompt-lookup", "temperature": 0.0,
+             "engine": "draftpair", "width": 7, "speedup": 2.0, "verdict": TOO_FEW}
+            for t in ("a", "b")]
+    (rec,) = recommend_drafters({"summary": {"rows": rows}}).values()
+    assert rec.draft_kind == "none" and "too few runs" in rec.reason

@@ -183,7 +183,9 @@ def test_cli_models_list_import_rm(ckpts, env, capsys):
     rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
     assert "No local models" in out or all(ln.startswith("demo-draft") for ln in rows)
     assert main(["models", "import", str(ckpts.draft), "--name", "d1"]) == 0
-    assert main(["models", "import", str(ckpts.truncated), "--name", "broken"]) == 0
+    assert main(["models", "import", str(ckpts.truncated), "--name", "broken"]) == 1
+    assert "would not load" in capsys.readouterr().err
+    assert main(["models", "import", str(ckpts.truncated), "--name", "broken", "--force"]) == 0
     out = capsys.readouterr().out
     assert "cannot use it yet" in out
     assert main(["models", "list", "-v"]) == 0

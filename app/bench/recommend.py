@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.bench.stats import FASTER, SLOWER, median
+from app.bench.stats import FASTER, MIN_RUNS, SLOWER, TOO_FEW, median
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ def recommend_drafters(
 ) -> dict[str, Recommendation]:
     """Task kind -> the DraftPair drafter with the best median speedup among those judged
     "faster" on every task of that kind at ``temperature``; "none" otherwise (a drafter that
-    is only sometimes faster is not worth its risk). ``report``: a ``BenchReport`` or its dict.
+    is only sometimes faster is not worth its risk, and a single run says nothing). ``report``: a ``BenchReport`` or its dict.
     """
     summary = report.summary if hasattr(report, "summary") else report.get("summary", {})
     rows = [
@@ -35,6 +35,13 @@ def recommend_drafters(
         by_kind.setdefault(r["task_kind"], {}).setdefault(r["condition"], []).append(r)
     out: dict[str, Recommendation] = {}
     for task_kind, per_drafter in by_kind.items():
+        if any(r["verdict"] == TOO_FEW for rs in per_drafter.values() for r in rs):
+            out[task_kind] = Recommendation(
+                task_kind, "none", 0, None,
+                f"too few runs to recommend a drafter (measure with --runs {MIN_RUNS + 1} "
+                "or more)",
+            )
+            continue
         best: Recommendation | None = None
         notes = []
         for drafter, rs in per_drafter.items():

@@ -91,7 +91,8 @@ def markdown(report: BenchReport) -> str:
         "Speedup = median over repeats of the decode-rate ratio to DraftPair's plain decoding "
         "(tokens after prefill / time from end of prompt processing to the last token). "
         "Verdict (fixed in advance): *faster* if every run beat every plain run, *slower* if "
-        "every run lost, else *no clear difference*. Accepted/round = accepted draft tokens "
+        "every run lost, else *no clear difference*; with fewer than two runs per condition "
+        "it is *too few runs* (no verdict and no recommendation). Accepted/round = accepted draft tokens "
         "per verify round (bonus excluded).",
         "",
     ]
@@ -119,6 +120,8 @@ def markdown(report: BenchReport) -> str:
                   "|---|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
         for r in rows:
             verdict = r["verdict"] + (f" (n={r['runs']})" if r["condition"] != "off" else "")
+            if r["verdict"] == "too few runs" and r["speedup"] is not None:
+                verdict = f"too few runs (n={r['runs']}; one measurement)"
             flag = " ⚠" if r["flagged_runs"] else ""
             na = "unknown" if r["engine"] == "remote" else "-"  # not reported by the endpoint
             lines.append(
@@ -147,7 +150,8 @@ def markdown(report: BenchReport) -> str:
               "| goal | target | measured | met | load-matched (pairs) |",
               "|---|---:|---:|---|---:|"]
     for g in s.get("goals", []):
-        met = "-" if g["met"] is None else ("yes" if g["met"] else "**no**")
+        met = ("too few runs" if g.get("too_few_runs") else "-") if g["met"] is None else (
+            "yes" if g["met"] else "**no**")
         lines.append(f"| {g['what']} | {g['target']:.2f}x | {_f(g['figure'], '.2f', 'x')} | {met} "
                      f"| {_f(g.get('matched_figure'), '.2f', 'x')} ({g.get('matched_n', 0)}) |")
     lines.append("")

@@ -9,16 +9,20 @@ from dataclasses import dataclass
 FASTER = "faster"
 SLOWER = "slower"
 UNCLEAR = "no clear difference"
+TOO_FEW = "too few runs"
+MIN_RUNS = 2  # below this a side's spread is unknown: no verdict, no recommendation
 
 
 def verdict(on: Sequence[float], off: Sequence[float]) -> str:
     """All ``on`` rates above all ``off`` rates -> faster; all below -> slower; else unclear.
 
-    Rates are decode tokens/s. With one run a side the rule still applies, but it says little:
-    reports show the run count next to every verdict.
+    Rates are decode tokens/s. With fewer than MIN_RUNS runs a side nothing can be said:
+    TOO_FEW (the speedup is still reported, as a measurement, not a verdict).
     """
     if not on or not off:
         return UNCLEAR
+    if min(len(on), len(off)) < MIN_RUNS:
+        return TOO_FEW
     if min(on) > max(off):
         return FASTER
     if max(on) < min(off):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
-from app.bench.stats import compare_tokens, median, paired_speedup, verdict
+from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, paired_speedup, verdict
 
 # (name, what, baseline condition, compared condition, task kinds or None for all, target)
 GOALS = (
@@ -142,7 +142,8 @@ def summarize(report: BenchReport) -> dict[str, Any]:
             "speedup": "median over repeats of decode tok/s ratios (predicted_per_second), "
                        "each repeat's runs back to back; prefill excluded",
             "verdict": "faster if every run beats every baseline run, slower if every run "
-                       "loses, else no clear difference",
+                       "loses, else no clear difference; too few runs below "
+                       f"{MIN_RUNS} runs a side",
             "matched": "diagnostic only: median ratio over repeats whose two runs met the "
                        f"same background load (within {MATCH_TOLERANCE_CORES} cores)",
         },
@@ -164,11 +165,13 @@ def _goals(cells: dict[tuple[str, float, str], list[RunRecord]],
             if cmp["speedup"] is not None:
                 per_task.append({"task_id": task_id, "temperature": temp, **cmp})
         figure = median([p["speedup"] for p in per_task])
+        too_few = any(p["verdict"] == TOO_FEW for p in per_task)
         matched = [x for p in per_task for x in p["matched_ratios"]]
         out.append({
             "name": name, "what": what, "target": target, "figure": figure,
             "matched_figure": median(matched), "matched_n": len(matched),
-            "met": None if figure is None else figure >= target,
+            "met": None if figure is None or too_few else figure >= target,
+            "too_few_runs": too_few,
             "per_task": sorted(per_task, key=lambda p: (p["task_id"], p["temperature"])),
         })
     return out

@@ -352,6 +352,7 @@ def _fetch_resumable(
     with WeakFileLock(lock):
         if not blob.exists():
             have = partial.stat().st_size if partial.exists() else 0
+            resumed = have > 0
             if have > expected:
                 partial.unlink()
                 have = 0
@@ -376,12 +377,34 @@ def _fetch_resumable(
                             )  # raises DownloadCancelled; the partial file stays
             if partial.stat().st_size != expected:
                 raise HubError(f"{name} arrived with the wrong size; run the download again.")
+            if resumed and not _matches_etag(partial, meta.etag):
+                partial.unlink()  # spliced bytes that do not add up: never keep them
+                raise HubError(
+                    f"{name} did not match the Hub's checksum after resuming, so it was "
+                    "discarded; run the download again."
+                )
             os.replace(partial, blob)
         if not pointer.exists():
             try:
                 pointer.symlink_to(os.path.relpath(blob, pointer.parent))
             except OSError:  # no symlinks here (e.g. Windows without developer mode)
                 shutil.copyfile(blob, pointer)
+
+
+def _matches_etag(path: Path, etag: str) -> bool:
+    """A resumed file against the Hub's ETag, which for LFS files is the SHA-256 of the
+    content (other ETags cannot be checked and pass)."""
+    import hashlib
+    import re
+
+    tag = etag.strip('"').lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", tag):
+        return True
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest() == tag
 
 
 def urlsplit_host(url: str) -> str:

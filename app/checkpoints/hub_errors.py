@@ -83,7 +83,9 @@ def plain_error(exc: BaseException, repo_id: str = "") -> HubError:
                 "The Hugging Face Hub cannot be reached: check your internet connection and try again."
             )
         return HubError(f"Download failed: {exc.strerror or text}.")
-    return HubError(f"Download failed: {type(exc).__name__}: {exc}")
+    from app.errors import technical_detail, user_message
+
+    return HubError(f"Download failed: {user_message(exc)}", detail=technical_detail(exc))
 
 
 def is_network_error(exc: BaseException) -> bool:

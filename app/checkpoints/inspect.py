@@ -49,8 +49,14 @@ def read_json_file(path: Path) -> tuple[Any, str | None]:
         return json.loads(path.read_text(encoding="utf-8")), None
     except FileNotFoundError:
         return None, f"{path.name} is missing."
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"{path.name} cannot be read ({type(exc).__name__})."
+    except UnicodeDecodeError:
+        return None, f"{path.name} is not text (it holds binary data)."
+    except OSError as exc:
+        from app.errors import user_message
+
+        return None, f"{path.name} cannot be read: {user_message(exc)}"
+    except RecursionError:
+        return None, f"{path.name} nests too deeply to be read."
     except json.JSONDecodeError as exc:
         return None, f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno})."
 
@@ -117,6 +123,7 @@ def mlx_lm_supports(
 def dflash_config(config: dict) -> dict | None:
     """Normalized DFlash settings (old and June-2026 layouts), or None if not a DFlash drafter."""
     archs = config.get("architectures") or []
+    archs = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
     inner = config.get("dflash_config")
     if not (isinstance(inner, dict) or "DFlashDraftModel" in archs):
         return None
@@ -291,8 +298,10 @@ def inspect_checkpoint(
         return _inspect(path, read_tokenizer_files)
     except Exception as exc:  # noqa: BLE001 - odd values in a config we did not foresee
         info = CheckpointInfo(path=path)
+        from app.errors import user_message
+
         info.unsupported_reason = (
-            f"DraftPair could not understand this folder's settings ({type(exc).__name__})."
+            f"DraftPair could not understand this folder's settings: {user_message(exc, folder=path)}"
         )
         return info
 

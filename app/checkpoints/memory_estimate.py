@@ -68,8 +68,16 @@ def _act_bytes(info: CheckpointInfo) -> int:
     return DTYPE_SIZE.get(str(info.dtype or "float16"), 2)
 
 
+def _int(cfg: dict, key: str, default: int = 0) -> int:
+    """A size from a config: a positive whole number, else ``default`` (odd values are data)."""
+    v = cfg.get(key)
+    if isinstance(v, float) and v.is_integer() and 0 < v < 2**53:
+        v = int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+
 def attention_layers(cfg: dict) -> int:
-    n = int(cfg.get("num_hidden_layers") or 0)
+    n = _int(cfg, "num_hidden_layers", 0)
     lt = cfg.get("layer_types")
     if isinstance(lt, list) and lt:
         return sum(1 for t in lt if "attention" in str(t) and "linear" not in str(t))
@@ -81,12 +89,12 @@ def attention_layers(cfg: dict) -> int:
 
 def kv_bytes_per_token(info: CheckpointInfo, *, context: int | None = None) -> int:
     cfg = info.cfg()
-    heads = int(cfg.get("num_attention_heads") or 0)
-    kv_heads = int(cfg.get("num_key_value_heads") or heads or 0)
-    hidden = int(cfg.get("hidden_size") or 0)
-    head_dim = int(cfg.get("head_dim") or (hidden // heads if heads else 0))
+    heads = _int(cfg, "num_attention_heads", 0)
+    kv_heads = _int(cfg, "num_key_value_heads", heads)
+    hidden = _int(cfg, "hidden_size", 0)
+    head_dim = _int(cfg, "head_dim", (hidden // heads if heads else 0))
     if cfg.get("kv_lora_rank"):  # MLA caches a compressed latent instead of K/V
-        per_layer = int(cfg.get("kv_lora_rank") or 0) + int(cfg.get("qk_rope_head_dim") or 0)
+        per_layer = _int(cfg, "kv_lora_rank", 0) + _int(cfg, "qk_rope_head_dim", 0)
         return attention_layers(cfg) * per_layer * _act_bytes(info)
     return 2 * attention_layers(cfg) * kv_heads * head_dim * _act_bytes(info)
 
@@ -140,10 +148,10 @@ class MemoryEstimate:
 
 def _scratch(info: CheckpointInfo, context: int, width: int) -> int:
     cfg = info.cfg()
-    hidden = int(cfg.get("hidden_size") or 0)
-    inter = int(cfg.get("intermediate_size") or 4 * hidden)
-    heads = int(cfg.get("num_attention_heads") or 1)
-    vocab = int(info.effective_vocab or 0)
+    hidden = _int(cfg, "hidden_size", 0)
+    inter = _int(cfg, "intermediate_size", 4 * hidden)
+    heads = _int(cfg, "num_attention_heads", 1)
+    vocab = info.effective_vocab if isinstance(info.effective_vocab, int) else 0
     chunk = min(context, PREFILL_CHUNK)
     act = _act_bytes(info)
     prefill = chunk * (4 * hidden + 2 * inter) * act + heads * chunk * min(context, chunk) * 4
@@ -172,11 +180,9 @@ def estimate_memory(
             d_kv = kv_bytes_per_token(draft) * context
     elif draft_kind == "mtp":
         cfg = text_config(target.config or {})
-        heads = int(cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 0)
-        hidden = int(cfg.get("hidden_size") or 0)
-        head_dim = int(
-            cfg.get("head_dim") or (hidden // max(int(cfg.get("num_attention_heads") or 1), 1))
-        )
+        heads = _int(cfg, "num_key_value_heads", _int(cfg, "num_attention_heads", 0))
+        hidden = _int(cfg, "hidden_size", 0)
+        head_dim = _int(cfg, "head_dim", hidden // max(_int(cfg, "num_attention_heads", 1), 1))
         d_kv = 2 * heads * head_dim * _act_bytes(target) * context  # one MTP attention layer
     scratch = _scratch(target, context, width) + (_scratch(draft, context, width) if draft else 0)
     return MemoryEstimate(

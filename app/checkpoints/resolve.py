@@ -78,8 +78,15 @@ def resolve_model(
             raise ModelLoadError(f"{path} is a file; a model is a folder with config.json in it.")
         return path
     looks_like_path = (
-        text.startswith((".", "~", os.sep)) or os.sep in text and not _REPO_ID.match(text)
+        text.startswith((".", "~", os.sep))
+        or (os.sep in text and not _REPO_ID.match(text))
+        or (os.altsep is not None and os.altsep in text)
     )
+    if not looks_like_path and _REPO_ID.match(text) and path.parent.is_dir():
+        # "models/tiny" next to a local "models" folder is a path, not a Hub repo id,
+        # unless that repo really is downloaded
+        if hf_cached_snapshot(text) is None:
+            raise ModelLoadError(f"No model folder at {path} (no such folder).")
     if not looks_like_path:
         if store is None:
             from app.checkpoints.store import Store
@@ -99,4 +106,4 @@ def resolve_model(
             f"No model named {text!r}: it is not a folder, not in DraftPair's models and not in "
             "the Hugging Face cache (see `draftpair models list`)."
         )
-    raise ModelLoadError(f"No model folder at {path}.")
+    raise ModelLoadError(f"No model folder at {path} (no such folder).")

@@ -48,6 +48,11 @@ class SafetensorsHeader:
     data_bytes: int
 
 
+def _count(value: object) -> bool:
+    """A dimension or byte offset: a whole number from 0 (JSON true/1.5/"3" are not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+
+
 def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     """Parse one safetensors header; check it against the file size."""
     path = Path(path)
@@ -76,12 +81,21 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     tensors: dict[str, TensorInfo] = {}
     end_max = 0
     for name, spec in data.items():
-        try:
-            dtype = str(spec["dtype"])
-            shape = tuple(int(d) for d in spec["shape"])
-            start, end = (int(v) for v in spec["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise HeaderError(f"{path.name} has a corrupt entry for tensor {name!r}.") from None
+        shape_raw = spec.get("shape") if isinstance(spec, dict) else None
+        offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
+        if (
+            not isinstance(spec, dict)
+            or not isinstance(spec.get("dtype"), str)
+            or not isinstance(shape_raw, list)
+            or not all(_count(d) for d in shape_raw)
+            or not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_count(v) for v in offsets)
+        ):
+            raise HeaderError(f"{path.name} has a corrupt entry for tensor {name!r}.")
+        dtype = spec["dtype"]
+        shape = tuple(shape_raw)
+        start, end = offsets
         if start < 0 or end < start:
             raise HeaderError(f"{path.name} has invalid offsets for tensor {name!r}.")
         tensors[name] = TensorInfo(name, dtype, shape, end - start)
@@ -129,10 +143,9 @@ def _quant_bits(config: dict | None, module: str) -> int | None:
     if not isinstance(q, dict):
         return None
     per_layer = q.get(module)
-    if isinstance(per_layer, dict) and "bits" in per_layer:
-        return int(per_layer["bits"])
-    bits = q.get("bits")
-    return int(bits) if isinstance(bits, (int, float)) else None
+    bits = per_layer.get("bits") if isinstance(per_layer, dict) else q.get("bits")
+    ok = isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 16
+    return bits if ok else None
 
 
 def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None) -> WeightsSummary:
@@ -144,10 +157,13 @@ def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-            for shard in sorted(set(weight_map.values())):
+            shards = {v for v in weight_map.values() if isinstance(v, str)}
+            if len(shards) != len(set(map(str, weight_map.values()))):
+                errors.append("model.safetensors.index.json names shards that are not file names.")
+            for shard in sorted(shards):
                 if not (folder / shard).is_file():
                     errors.append(f"Shard {shard} listed in the index is missing.")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):
             errors.append("model.safetensors.index.json is not valid JSON.")
     pickles = (
         tuple(sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()))
@@ -193,7 +209,7 @@ def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None
 def _infer_bits(weight: TensorInfo, scales: TensorInfo, config: dict | None) -> int:
     group = 64
     q = (config or {}).get("quantization") or {}
-    if isinstance(q, dict) and isinstance(q.get("group_size"), int):
+    if isinstance(q, dict) and isinstance(q.get("group_size"), int) and q["group_size"] > 0:
         group = q["group_size"]
     if weight.shape and scales.shape:
         in_features = scales.shape[-1] * group

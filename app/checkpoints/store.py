@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,13 +258,24 @@ class Store:
 
     # --- changes ----------------------------------------------------------------------------
     def import_folder(
-        self, path: str | os.PathLike[str], *, name: str | None = None, copy: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        copy: bool = False,
+        check: Callable[[Path], None] | None = None,
     ) -> StoreEntry:
+        """Add a folder. ``check`` (e.g. ``pairing.load_check.refuse_unloadable``) runs first
+        and raises to refuse a folder that would not load; nothing is registered then."""
         src = Path(path).expanduser().resolve()
+        if not src.exists():
+            raise StoreError(f"{src} is not a folder (no such folder).")
         if not src.is_dir():
             raise StoreError(f"{src} is not a folder.")
         if not (src / "config.json").is_file():
             raise StoreError(f"{src} has no config.json, so it is not a model folder.")
+        if check is not None:
+            check(src)
         name = name or src.name
         existing = {e.name for e in self.list()}
         if copy:
@@ -285,14 +297,24 @@ class Store:
         info = inspect_checkpoint(src, read_tokenizer_files=False)
         return StoreEntry(name, src, SOURCE_IMPORTED, dir_size(src), info)
 
+    def protected(self, entry: StoreEntry) -> str | None:
+        """Why ``entry`` may not be removed (the built-in demo pair), or None."""
+        if entry.source == SOURCE_BUILTIN or _is_builtin_folder(entry, self.models_dir):
+            return (
+                f"{entry.name} is DraftPair's built-in demo model; it cannot be removed "
+                "(it would be prepared again on the next start anyway)."
+            )
+        return None
+
     def remove(self, name: str, *, delete_files: bool | None = None) -> RemoveResult:
         """Remove an entry. HF cache and models-folder entries are deleted from disk; imported
         folders are only forgotten unless ``delete_files=True``."""
         entry = self.get(name)
         if entry is None:
             raise StoreError(f"No local model is named {name!r}.")
-        if entry.source == SOURCE_BUILTIN:
-            raise StoreError("The built-in demo models cannot be removed.")
+        reason = self.protected(entry)
+        if reason:
+            raise StoreError(reason)
         if entry.source == SOURCE_IMPORTED:
             reg = self._read_registry()
             reg["imported"] = [
@@ -339,3 +361,23 @@ class Store:
             raise StoreError(f"Refusing to delete {entry.path}: it is outside {self.models_dir}.")
         shutil.rmtree(entry.path)
         return RemoveResult(entry.name, entry.path, freed, True, f"Deleted {entry.path}.")
+
+
+def _is_builtin_folder(entry: StoreEntry, models_dir: Path) -> bool:
+    """Whether ``entry`` is the folder of a built-in model: the one its registration reports,
+    or ``models/<name>`` under a built-in's name (the demo target lives there, prepared or
+    half-prepared)."""
+    from app.checkpoints import builtins
+
+    for builtin in builtins.registered():
+        if entry.source == SOURCE_MODELS and entry.path.name == builtin.name and (
+            entry.path.parent.resolve() == models_dir.resolve()
+        ):
+            return True
+        try:
+            folder = builtin.present()
+            if folder is not None and Path(folder).resolve() == entry.path.resolve():
+                return True
+        except Exception:  # noqa: BLE001 - a missing demo must not break removal checks
+            continue
+    return False

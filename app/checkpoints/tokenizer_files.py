@@ -68,13 +68,31 @@ class TokenizerInfo:
         return bool(self.id_to_token)
 
 
+def _json_problem(path: Path, exc: BaseException) -> str:
+    """One plain sentence for a tokenizer file that cannot be parsed."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{path.name} is not valid JSON (line {exc.lineno}, column {exc.colno})."
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path.name} is not text (it holds binary data)."
+    from app.errors import user_message
+
+    return f"{path.name} cannot be read: {user_message(exc)}"
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
 def _load_json(path: Path, problems: list[str]) -> Any:
     if not path.is_file():
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
+        problems.append(_json_problem(path, exc))
+        return None
+    except RecursionError:
+        problems.append(f"{path.name} nests too deeply to be read.")
         return None
 
 
@@ -125,7 +143,7 @@ def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        problems.append(f"{path.name} cannot be read ({type(exc).__name__}).")
+        problems.append(_json_problem(path, exc))
         return None
     key = hashlib.sha1(raw).hexdigest()
     with _PARSED_LOCK:
@@ -135,7 +153,10 @@ def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problems.append(f"{path.name} is not valid JSON ({type(exc).__name__}).")
+        problems.append(_json_problem(path, exc))
+        return None
+    except RecursionError:
+        problems.append(f"{path.name} nests too deeply to be read.")
         return None
     with _PARSED_LOCK:
         _PARSED[key] = data
@@ -164,13 +185,19 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info.vocab_type = str(model.get("type") or ("BPE" if "merges" in model else "unknown"))
         vocab = model.get("vocab")
         if isinstance(vocab, dict):
-            info.id_to_token = {i: t for t, i in vocab.items()}
+            ids = vocab.values()
+            if all(type(i) is int for i in ids) and (not ids or 0 <= min(ids) <= max(ids) < 2**31):
+                info.id_to_token = {i: t for t, i in vocab.items()}  # the fast, usual case
+            else:
+                info.id_to_token = {i: t for t, i in vocab.items() if _is_id(i)}
+                problems.append("tokenizer.json has vocabulary entries without a valid id.")
         elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
             info.id_to_token = {
-                i: str(p[0] if isinstance(p, list) else p) for i, p in enumerate(vocab)
+                i: str(p[0] if isinstance(p, list) and p else p) for i, p in enumerate(vocab)
             }
-        for tok in tok_json.get("added_tokens") or []:
-            if isinstance(tok, dict) and isinstance(tok.get("id"), int):
+        added = tok_json.get("added_tokens")
+        for tok in added if isinstance(added, list) else []:
+            if isinstance(tok, dict) and _is_id(tok.get("id")):
                 info.id_to_token[tok["id"]] = str(tok.get("content"))
                 info.added[tok["id"]] = str(tok.get("content"))
                 if tok.get("special"):
@@ -186,7 +213,7 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         if isinstance(vocab, dict):
             info.source = "vocab.json"
             info.vocab_type = "BPE"
-            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if isinstance(i, int)}
+            info.id_to_token = {int(i): str(t) for t, i in vocab.items() if _is_id(i)}
     elif (folder / "tokenizer.model").is_file() or (folder / "tekken.json").is_file():
         name = "tokenizer.model" if (folder / "tokenizer.model").is_file() else "tekken.json"
         info.source = name

@@ -1,14 +1,16 @@
-"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo|serve]``.
+"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo|serve|soak]``.
 
 Each sub-command lives in its own module exposing ``register(subparsers)``; modules import
 nothing heavy at module level so ``--help`` is instant. Errors reach the user as one line on
-stderr and a non-zero exit code, never as a traceback.
+stderr and a non-zero exit code, never as a traceback; ``-v`` (or DRAFTPAIR_DEBUG=1) adds a
+``details:`` line with the technical text.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (module, needs_mlx): sub-commands that run MLX get the Linux BLAS fix (re-exec) first.
@@ -22,6 +24,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "demo": ("app.cli.demo", True),
     "serve": ("app.cli.serve", True),
     "long-chat": ("app.cli.long_chat", True),
+    "soak": ("app.cli.soak", True),
 }
 
 EXIT_ERROR = 1
@@ -31,9 +34,10 @@ EXIT_USAGE = 2
 class CliError(Exception):
     """A user-facing error: printed as one line, exit code attached."""
 
-    def __init__(self, message: str, code: int = EXIT_ERROR):
+    def __init__(self, message: str, code: int = EXIT_ERROR, detail: str = ""):
         super().__init__(message)
         self.code = code
+        self.detail = detail
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,10 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
+    from app.errors import technical_detail, user_message
+
+    verbose = bool(getattr(args, "verbose", False)) or os.environ.get("DRAFTPAIR_DEBUG") == "1"
     try:
         return int(func(args) or 0)
     except CliError as exc:
         print(f"draftpair: error: {exc}", file=sys.stderr)
+        if verbose and (exc.detail or exc.__context__ is not None):
+            detail = exc.detail or technical_detail(exc.__context__)
+            print(f"draftpair: details: {detail}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("draftpair: interrupted", file=sys.stderr)
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # last resort: one line, never a traceback
-        from app.errors import user_message
-
         print(f"draftpair: error: {user_message(exc)}", file=sys.stderr)
+        if verbose:
+            print(f"draftpair: details: {technical_detail(exc)}", file=sys.stderr)
         return EXIT_ERROR

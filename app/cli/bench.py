@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         cancel.set()
         raise
     except DraftPairError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), detail=exc.detail) from None
     paths = write_report(report, args.out)
     _print_summary(report)
     print(f"report: {paths['md']}")
@@ -128,7 +128,8 @@ def _print_summary(report: object) -> None:
     for g in summary.get("goals", []):
         if g["figure"] is None:
             continue
-        status = "met" if g["met"] else "NOT met"
+        status = ("too few runs to judge" if g.get("too_few_runs")
+                  else "met" if g["met"] else "NOT met")
         print(f"goal {g['name']}: {g['figure']:.2f}x (target {g['target']:.2f}x) {status}",
               file=sys.stderr)
     flagged = summary.get("contention", {}).get("flagged_measured", 0)

@@ -39,7 +39,7 @@ def _resolve(name: str):
     try:
         return resolve_model(name)
     except ModelLoadError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
+        raise CliError(str(exc), EXIT_USAGE, detail=exc.detail) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     target = _resolve(args.target)
     draft = _resolve(args.draft) if args.draft else None
-    report = check(target, draft, kind=args.kind, context=args.context)
+    from app.checkpoints.pairing.load_check import with_load_check
+
+    report = with_load_check(check(target, draft, kind=args.kind, context=args.context))
     if args.json:
         data = report.to_dict()
         data["summary"] = report.summary()

@@ -51,7 +51,9 @@ def collect() -> dict[str, object]:
 
         info["demo"] = demo_target_info()
     except Exception as exc:  # the demo module is optional at this point
-        info["demo"] = {"status": f"unavailable: {exc}"}
+        from app.errors import user_message
+
+        info["demo"] = {"status": f"unavailable: {user_message(exc)}"}
     return info
 
 

@@ -54,11 +54,18 @@ def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt_file is not None:
         if str(args.prompt_file) == "-":
             return sys.stdin.read()
+        from app.engine.validation import text_problem
+        from app.errors import user_message
+
         try:
-            return args.prompt_file.read_text()
+            data = args.prompt_file.read_bytes()
         except OSError as exc:
-            raise CliError(f"cannot read prompt file {args.prompt_file}: {exc.strerror}",
+            raise CliError(f"The prompt file cannot be read: {user_message(exc)}",
                            EXIT_USAGE) from None
+        problem = text_problem(data, f"The prompt file {args.prompt_file}")
+        if problem:
+            raise CliError(problem, EXIT_USAGE)
+        return data.decode("utf-8")
     raise CliError("give --prompt TEXT or --prompt-file FILE", EXIT_USAGE)
 
 
@@ -74,10 +81,6 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.ngram_min <= args.ngram_max <= 16:
         raise CliError("n-gram sizes must satisfy 1 <= --ngram-min <= --ngram-max <= 16",
                        EXIT_USAGE)
-    if args.max_tokens < 1:
-        raise CliError("--max-tokens must be at least 1", EXIT_USAGE)
-    if args.temp < 0:
-        raise CliError("--temp must be >= 0", EXIT_USAGE)
     prompt = _read_prompt(args)
 
     from app.engine.events import (
@@ -89,18 +92,9 @@ def run(args: argparse.Namespace) -> int:
         TokenEvent,
     )
     from app.engine.session import Session
+    from app.engine.validation import problems
     from app.errors import DraftPairError
 
-    session = Session()
-    try:
-        session.load_target(args.model)
-        draft = args.draft_model
-        if kind == "full-model" and draft is None and str(args.model) == "demo":
-            draft = "demo-draft"
-        if spec(kind).needs_draft_model and draft is not None:
-            session.load_draft(draft)  # a DFlash folder or a small model
-    except DraftPairError as exc:
-        raise CliError(str(exc)) from None
     request = GenerationRequest(
         prompt=prompt,
         chat=args.chat,
@@ -118,6 +112,19 @@ def run(args: argparse.Namespace) -> int:
         ngram_max=args.ngram_max,
         adaptive=args.adaptive,
     )
+    found = problems(request)  # before anything heavy is loaded
+    if found:
+        raise CliError("; ".join(found)[:1].upper() + "; ".join(found)[1:] + ".", EXIT_USAGE)
+    session = Session()
+    try:
+        session.load_target(args.model)
+        draft = args.draft_model
+        if kind == "full-model" and draft is None and str(args.model) == "demo":
+            draft = "demo-draft"
+        if spec(kind).needs_draft_model and draft is not None:
+            session.load_draft(draft)  # a DFlash folder or a small model
+    except DraftPairError as exc:
+        raise CliError(str(exc), detail=exc.detail) from None
     done = None
     for ev in session.generate(request):
         if isinstance(ev, TokenEvent) and not args.json:
@@ -131,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             done = ev
     assert done is not None
     if done.finish_reason == "error":
-        raise CliError(done.error or "generation failed")
+        raise CliError(done.error or "The generation failed.")
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
     else:

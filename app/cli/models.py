@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("float32", "4bit"),
         help="GGUF conversion precision (default: float32 on the CPU, 4bit on Metal)",
     )
+    im.add_argument("--force", action="store_true",
+                    help="import it even if the load check says it will not load")
+    im.add_argument("-v", "--verbose", action="store_true", help="show every problem found")
     im.set_defaults(func=run_import)
 
     rm = msub.add_parser("rm", help="remove a local model")
@@ -87,9 +90,9 @@ def _store():
 
 def _fail(exc: Exception):
     from app.cli import CliError
-    from app.errors import user_message
+    from app.errors import technical_detail, user_message
 
-    return CliError(user_message(exc))
+    return CliError(user_message(exc), detail=getattr(exc, "detail", "") or technical_detail(exc))
 
 
 def _found(entries) -> list[tuple]:
@@ -259,6 +262,7 @@ def run_pull(args: argparse.Namespace) -> int:
     from app.checkpoints.memory_estimate import format_bytes
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries: our message says it
+    _refuse_local_path(args.repo_id)
     try:
         info = repo_info(args.repo_id, revision=args.revision)
         print(f"{info.repo_id}: {format_bytes(info.download_bytes)} to download", file=sys.stderr)
@@ -355,11 +359,29 @@ def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
     return 0
 
 
+def _refuse_local_path(text: str) -> None:
+    """A path is never sent to the Hub as a repo id."""
+    from pathlib import Path
+
+    from app.cli import EXIT_USAGE, CliError
+
+    p = Path(text).expanduser()
+    if p.is_dir():
+        raise CliError(f"{p} is a local folder; add it with `draftpair models import {text}`.",
+                       EXIT_USAGE)
+    if text.startswith((".", "~", "/")) or text.count("/") > 1 or "\\" in text or (
+        "/" in text and p.parent.is_dir() and str(p.parent) not in ("", ".")
+    ):
+        raise CliError(f"There is no folder at {p} (no such folder), and it is not a Hub repo id "
+                       "(those look like org/name).", EXIT_USAGE)
+
+
 def run_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from app.checkpoints.gguf_header import is_gguf
     from app.checkpoints.store import StoreError
+    from app.errors import DraftPairError
 
     path = Path(args.path).expanduser()
     if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
@@ -378,8 +400,11 @@ def run_import(args: argparse.Namespace) -> int:
             raise _fail(StoreError(found.reason or "DraftPair cannot convert this model."))
         return _import_gguf(args, found.path, found)
     try:
-        entry = _store().import_folder(args.path, name=args.name, copy=args.copy)
-    except (StoreError, OSError) as exc:
+        from app.checkpoints.pairing.load_check import refuse_unloadable
+
+        entry = _store().import_folder(args.path, name=args.name, copy=args.copy,
+                                       check=None if args.force else refuse_unloadable)
+    except (DraftPairError, OSError) as exc:
         raise _fail(exc) from None
     if args.json:
         print(json.dumps(entry.to_dict()))
@@ -401,6 +426,8 @@ def run_rm(args: argparse.Namespace) -> int:
         raise CliError(
             f"No local model is named {args.name!r} (see `draftpair models list`).", EXIT_USAGE
         )
+    if store.protected(entry):
+        raise CliError(store.protected(entry), EXIT_USAGE)
     deletes = entry.source != SOURCE_IMPORTED
     if deletes and not args.yes:
         if not sys.stdin.isatty():

@@ -11,7 +11,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.errors import ModelLoadError
+from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
+from app.errors import ModelLoadError, technical_detail, user_message
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -53,12 +54,13 @@ def validate_folder(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise ModelLoadError(f"{path} is a file; a model is a folder with config.json.")
     cfg_path = path / "config.json"
-    if not cfg_path.exists():
+    if not cfg_path.exists() and not cfg_path.is_symlink():
         raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint.")
     try:
         config = json.loads(cfg_path.read_text())
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"config.json in {path} cannot be read: {exc}") from None
+        raise ModelLoadError(user_message(exc, file=cfg_path),
+                             detail=technical_detail(exc)) from None
     if not isinstance(config, dict):
         raise ModelLoadError(f"config.json in {path} is not a JSON object.")
     weights = list(path.glob("*.safetensors"))
@@ -167,13 +169,13 @@ def load_model(
                 f"The architecture '{config.get('model_type', '?')}' of {path.name} is not "
                 "supported by the installed mlx-lm."
             ) from None
-        raise ModelLoadError(f"Cannot load the weights in {path}: {msg}") from None
+        raise explain_load_failure(exc, path) from None
     except Exception as exc:  # corrupt safetensors, missing tensors...
-        raise ModelLoadError(f"Cannot load the weights in {path}: {exc}") from None
+        raise explain_load_failure(exc, path) from None
     try:
         tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     except Exception as exc:
-        raise ModelLoadError(f"Cannot load the tokenizer in {path}: {exc}") from None
+        raise ModelLoadError(tokenizer_failure(exc, path), detail=technical_detail(exc)) from None
 
     quantized = bool(config.get("quantization") or config.get("quantization_config"))
     if backend is None:

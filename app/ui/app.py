@@ -98,6 +98,37 @@ def _smoke(window, prompt: str, timeout_s: float) -> None:
     QTimer.singleShot(int(timeout_s * 1000), window, lambda: finish(2, {"error": "timeout"}))
 
 
+def startup_failure_dialog(exc: BaseException):
+    """A window that says why the app cannot start and what to do (a QApplication exists)."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.errors import technical_detail, user_message
+
+    box = QMessageBox(QMessageBox.Icon.Critical, "DraftPair cannot start", user_message(exc))
+    box.setInformativeText(
+        "DraftPair keeps its models, conversations and settings in a folder it must be able "
+        "to write. Fix that folder's permissions or free some disk space, or start DraftPair "
+        "with DRAFTPAIR_DATA_DIR and DRAFTPAIR_CONFIG_DIR set to folders you can write."
+    )
+    box.setDetailedText(technical_detail(exc))
+    box.setStandardButtons(QMessageBox.StandardButton.Close)
+    return box
+
+
+def _startup_failed(exc: BaseException, *, smoke: bool) -> int:
+    import json
+
+    from app.errors import user_message
+
+    message = user_message(exc)
+    sys.stderr.write(f"draftpair: error: {message}\n")
+    if smoke:  # packaging smoke test: report, no dialog to wait on
+        print("SMOKE-RESULT " + json.dumps({"error": message}), flush=True)
+        return 1
+    startup_failure_dialog(exc).exec()
+    return 1
+
+
 def main(
     argv: list[str] | None = None,
     *,
@@ -121,7 +152,10 @@ def main(
     icon = app_icon_path()
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))
-    window = build_window(theme=theme, data_dir=profile_dir)
+    try:
+        window = build_window(theme=theme, data_dir=profile_dir)
+    except Exception as exc:  # noqa: BLE001 - an unwritable data folder, a locked database...
+        return _startup_failed(exc, smoke=smoke_prompt is not None)
     hook = ExceptHook(lambda text: window.banner.show_message(text, error=True))
     previous = sys.excepthook
     sys.excepthook = hook

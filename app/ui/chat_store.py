@@ -9,6 +9,7 @@ start with ``status='streaming'`` and shown as interrupted (its text up to the l
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -64,17 +65,45 @@ def default_db_path() -> Path:
 
 
 class ChatStore:
+    """``problem`` is set (a plain sentence) when a damaged database was set aside."""
+
     def __init__(self, path: Path | None = None):
         self.path = path or default_db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path), isolation_level=None)  # autocommit
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
-        self.db.execute(f"PRAGMA user_version={USER_VERSION}")
-        # replies cut off by a crash or a kill: keep their text, mark them
-        self.db.execute("UPDATE messages SET status='interrupted' WHERE status='streaming'")
+        self.problem: str | None = None
+        try:
+            self.db = self._open()
+        except sqlite3.DatabaseError as exc:  # not a database, or damaged pages
+            backup = self._set_aside()
+            self.problem = (f"The conversation database {self.path} was damaged ({exc}); it was "
+                            f"kept as {backup} and a new, empty one was started.")
+            self.db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), isolation_level=None)  # autocommit
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            check = db.execute("PRAGMA quick_check").fetchone()
+            if check is None or check[0] != "ok":
+                raise sqlite3.DatabaseError(f"integrity check: {check[0] if check else '?'}")
+            db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version={USER_VERSION}")
+            # replies cut off by a crash or a kill: keep their text, mark them
+            db.execute("UPDATE messages SET status='interrupted' WHERE status='streaming'")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _set_aside(self) -> Path:
+        backup = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(self.path) + suffix)
+            if src.exists():
+                os.replace(src, Path(str(backup) + suffix))
+        return backup
 
     def close(self) -> None:
         self.db.close()

@@ -50,6 +50,7 @@ class MainWindow(QMainWindow):
         self.client = EngineClient(self)
         self.banner = Banner()
         self._closing = False
+        self._pending_pair: tuple[str, str] | None = None  # saved only once it has loaded
         try:
             self._build()
         except BaseException:
@@ -148,8 +149,9 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._restore_geometry()
         self.nav.setCurrentRow(0)
-        if ctx.settings_store.problem:
-            self.banner.show_message(ctx.settings_store.problem, error=True)
+        problems = [ctx.settings_store.problem, getattr(ctx.chat_store, "problem", None)]
+        if any(problems):
+            self.banner.show_message(" ".join(p for p in problems if p), error=True)
         if ctx.autoload:
             QTimer.singleShot(0, self, self.load_configured_pair)
 
@@ -213,9 +215,7 @@ class MainWindow(QMainWindow):
         if self.client.generating:
             self.banner.show_message("Stop the running reply before switching models.", error=True)
             return
-        self.settings.target = target
-        self.settings.draft = draft
-        self.schedule_save()
+        self._pending_pair = (target, draft)  # a pair that fails to load is never restored
         self.load_pair(target, draft)
         self.show_view("Chat")
 
@@ -225,6 +225,10 @@ class MainWindow(QMainWindow):
 
     def _on_state(self, state: ModelState) -> None:
         self.busy.hide()
+        pending, self._pending_pair = self._pending_pair, None
+        if pending is not None and state.target:
+            self.settings.target, self.settings.draft = pending
+            self.schedule_save()
         if state.target:
             from app.ui.format import format_bytes
 
@@ -241,6 +245,7 @@ class MainWindow(QMainWindow):
                 handler(state)
 
     def _on_load_failed(self, message: str) -> None:
+        self._pending_pair = None  # keep the selection that last loaded
         self.busy.hide()
         self.banner.show_message(message, error=True)
 
@@ -300,7 +305,9 @@ class MainWindow(QMainWindow):
             self.banner.show_message(f"Settings could not be saved: {exc.strerror}.", error=True)
 
     def _qsettings(self) -> QSettings:
-        return QSettings("DraftPair", "DraftPair")
+        # next to settings.json, so a config-folder override or a profile folder holds both
+        path = self.ctx.settings_store.path.parent / "window.ini"
+        return QSettings(str(path), QSettings.Format.IniFormat)
 
     def _restore_geometry(self) -> None:
         geo = self._qsettings().value("window/geometry")

@@ -319,7 +319,9 @@ class ModelsView(View):
             self.banner.show_message(f"Imported {entry.name} ({entry.kind_label}).", timeout_ms=6000)
             self.refresh()
 
-        self.bg.run(lambda: store.import_folder(path), done,
+        from app.checkpoints.pairing.load_check import refuse_unloadable
+
+        self.bg.run(lambda: store.import_folder(path, check=refuse_unloadable), done,
                     lambda m: self.banner.show_message(f"Import failed: {m}", error=True))
 
     def remove_selected(self, *, confirm: bool = True) -> None:

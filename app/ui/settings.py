@@ -1,6 +1,6 @@
 """Typed, schema-versioned app settings stored as JSON under platformdirs (atomic writes).
 
-Window geometry is not here (QSettings keeps it). Unknown keys are dropped, bad values fall
+Window geometry is not here (QSettings keeps it in ``window.ini`` next to this file). Unknown keys are dropped, bad values fall
 back to their defaults one by one, and older schema versions are migrated step by step
 (napari ``settings/_migrations.py``), so a damaged file never stops the app from starting.
 """
@@ -168,12 +168,30 @@ class SettingsStore:
         except FileNotFoundError:
             return Settings()
         except (OSError, ValueError) as exc:
-            self.problem = f"Settings file {self.path} could not be read ({exc}); using defaults."
+            from app.errors import user_message
+
+            backup = self._set_aside()
+            self.problem = (f"The settings file could not be read ({user_message(exc, file=self.path)}"
+                            f"){backup}; DraftPair started with default settings.")
             return Settings()
         if not isinstance(data, dict):
-            self.problem = f"Settings file {self.path} is not a JSON object; using defaults."
+            backup = self._set_aside()
+            self.problem = (f"The settings file {self.path} is not a JSON object{backup}; "
+                            "DraftPair started with default settings.")
             return Settings()
         return Settings.from_json(data)
+
+    def _set_aside(self) -> str:
+        """Keep a copy of a damaged settings file before the next save replaces it."""
+        import shutil
+        import time
+
+        backup = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            shutil.copyfile(self.path, backup)
+        except OSError:
+            return ""
+        return f"; a copy was kept as {backup}"
 
     def save(self, settings: Settings) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,166 @@
+"""Fuzzing (hypothesis) of the readers that see untrusted files: config.json, the tokenizer
+files and safetensors headers. The readers' own catch-alls are bypassed (``_inspect``, not
+``inspect_checkpoint``), so any exception they would hide fails here. Example counts are
+bounded to keep the suite fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from app.checkpoints import inspect as I  # noqa: E402
+from app.checkpoints.safetensors_header import HeaderError, read_header, summarize_weights  # noqa: E402
+from app.checkpoints.tokenizer_files import read_tokenizer  # noqa: E402
+
+# DRAFTPAIR_FUZZ_EXAMPLES=1000 for a deeper, randomized search (the suite uses a fixed 60)
+_DEEP = int(os.environ.get("DRAFTPAIR_FUZZ_EXAMPLES", "0"))
+FAST = settings(max_examples=_DEEP or 60, deadline=None, derandomize=not _DEEP,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
+values = st.recursive(scalars, lambda c: st.lists(c, max_size=4)
+                      | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
+CONFIG_KEYS = ("model_type", "architectures", "hidden_size", "num_hidden_layers", "vocab_size",
+               "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+               "quantization", "quantization_config", "text_config", "layer_types",
+               "sliding_window", "rope_scaling", "tie_word_embeddings", "torch_dtype",
+               "eos_token_id", "max_position_embeddings", "auto_map", "model_file",
+               "dflash_config", "block_size", "target_layer_ids", "num_nextn_predict_layers",
+               "mtp_num_hidden_layers", "full_attention_interval", "sliding_window_pattern")
+known = st.sampled_from(["llama", "qwen3", "qwen3_5", "mamba", "gemma3_text", "deepseek_v3",
+                         "dflash", "nosuch"]) | values
+configs = st.fixed_dictionaries({}, optional={k: (known if k == "model_type" else values)
+                                              for k in CONFIG_KEYS})
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    from tests.builders import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("fuzz") / "tiny", seed=5)
+
+
+def _folder(template: Path) -> Path:
+    dest = Path(tempfile.mkdtemp(prefix="draftpair-fuzz-")) / "m"
+    shutil.copytree(template, dest)
+    return dest
+
+
+@FAST
+@given(config=configs)
+def test_config_values(template, config):
+    folder = _folder(template)
+    try:
+        (folder / "config.json").write_text(json.dumps(config, allow_nan=True))
+        info = I._inspect(folder, True)
+        if info.config is not None:
+            I.cache_rollback(info.config, 4096)
+            from app.checkpoints.memory_estimate import estimate_memory
+
+            estimate_memory(info, None, context=128, draft_kind="none")
+        from app.checkpoints.pairing.load_check import load_check
+
+        for f in load_check(folder, tokenizer="files"):
+            assert f.message and "Traceback" not in f.message
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+@FAST
+@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_config_bytes(template, raw):
+    folder = _folder(template)
+    try:
+        (folder / "config.json").write_bytes(raw)
+        info = I._inspect(folder, False)
+        assert info.config is None or isinstance(info.config, dict)
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+def _tokenizer_variant(base: dict, data) -> dict:
+    tok = json.loads(json.dumps(base))
+    for path in data.draw(st.lists(st.sampled_from([
+        ("model",), ("model", "vocab"), ("model", "type"), ("model", "merges"),
+        ("added_tokens",), ("normalizer",), ("pre_tokenizer",), ("post_processor",),
+        ("decoder",)]), max_size=3)):
+        node = tok
+        for k in path[:-1]:
+            node = node.setdefault(k, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node[path[-1]] = data.draw(values)
+    return tok
+
+
+@FAST
+@given(data=st.data())
+def test_tokenizer_files(template, data):
+    folder = _folder(template)
+    try:
+        base = json.loads((folder / "tokenizer.json").read_text())
+        which = data.draw(st.sampled_from(["tokenizer.json", "tokenizer_config.json",
+                                           "tokenizer.model", "vocab.json", "raw"]))
+        if which == "tokenizer.json":
+            (folder / which).write_text(json.dumps(_tokenizer_variant(base, data)))
+        elif which == "raw":
+            name = data.draw(st.sampled_from(["tokenizer.json", "tokenizer_config.json"]))
+            (folder / name).write_bytes(data.draw(st.binary(max_size=300)))
+        elif which == "tokenizer.model":
+            (folder / "tokenizer.json").unlink()
+            (folder / which).write_bytes(data.draw(st.binary(max_size=300)))
+        else:
+            (folder / which).write_text(json.dumps(data.draw(values)))
+        info = read_tokenizer(folder)
+        if info is not None:
+            assert all(isinstance(p, str) for p in info.problems)
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+entries = st.dictionaries(
+    st.text(max_size=10),
+    st.fixed_dictionaries({}, optional={"dtype": st.sampled_from(["F32", "BF16", "U32", "X"])
+                                        | values, "shape": values, "data_offsets": values}),
+    max_size=4)
+
+
+@FAST
+@given(header=entries | values, pad=st.integers(0, 64), lie=st.integers(-8, 8))
+def test_safetensors_headers(header, pad, lie):
+    folder = Path(tempfile.mkdtemp(prefix="draftpair-fuzz-"))
+    try:
+        raw = json.dumps(header, allow_nan=True).encode()
+        f = folder / "model.safetensors"
+        f.write_bytes(struct.pack("<Q", max(len(raw) + lie, 0)) + raw + b"\0" * pad)
+        try:
+            h = read_header(f)
+            assert all(t.nbytes >= 0 for t in h.tensors.values())
+        except HeaderError as exc:
+            assert str(exc).startswith("model.safetensors")
+        summarize_weights(folder, {"quantization": header} if isinstance(header, dict) else None)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@FAST
+@given(raw=st.binary(max_size=64))
+def test_safetensors_raw_bytes(raw):
+    folder = Path(tempfile.mkdtemp(prefix="draftpair-fuzz-"))
+    try:
+        (folder / "model.safetensors").write_bytes(raw)
+        with pytest.raises(HeaderError):
+            read_header(folder / "model.safetensors")
+        assert summarize_weights(folder).errors
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,38 @@
+"""A short soak run on a tiny model pair: randomized requests, nothing may break."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.bench.soak import SoakConfig, run_soak
+from app.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _no_reexec(monkeypatch):
+    """``main`` may re-execute itself for the BLAS fix; never the test process."""
+    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+
+
+
+def test_short_soak_finds_nothing(tiny_models):
+    from app.engine.session import Session
+
+    s = Session()
+    s.load_target(tiny_models.target)
+    s.load_draft(tiny_models.draft)
+    r = run_soak(s, SoakConfig(requests=24, seed=1, max_tokens=16, cancel_rate=0.25,
+                               invalid_rate=0.15))
+    assert r.ok, r.format_text()
+    assert r.requests == 24 and r.refused >= 1 and r.greedy_compared >= 1
+    assert {"full-model", "prompt-lookup"} & set(r.kinds)
+    assert "cancelled" in r.finish and r.memory["rss_end"] > 0
+
+
+def test_soak_cli(tiny_models, capsys):
+    code = main(["soak", "--model", str(tiny_models.target), "--draft-model",
+                 str(tiny_models.draft), "-n", "6", "--max-tokens", "8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"] and out["requests"] == 6

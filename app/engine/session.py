@@ -42,6 +42,7 @@ from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
 from app.engine.registry import DrafterContext
 from app.engine.reuse import Turn
+from app.engine.validation import validate
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
@@ -175,9 +176,7 @@ class Session:
     ) -> Iterator[Event]:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
-        registry.spec(req.draft_kind)  # a plain error for an unknown kind
-        if req.max_tokens < 1:
-            raise DraftPairError("max tokens must be at least 1.")
+        validate(req)  # every problem of the request, named, before any work
         prompt = self.encode(req)
         if not prompt:
             raise DraftPairError("The prompt is empty.")

@@ -86,7 +86,7 @@ def _prompt_problems(req) -> list[str]:
 
 def problems(request) -> list[str]:
     """Every problem with ``request`` (a GenerationRequest), as plain phrases."""
-    from app.engine.events import DRAFT_KINDS
+    from app.kinds import KINDS as DRAFT_KINDS
 
     out = _prompt_problems(request)
     if not _whole(request.max_tokens) or request.max_tokens < 1:

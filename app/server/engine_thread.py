@@ -241,7 +241,9 @@ class EngineThread:
             self._reject(job, RequestError(400, msg, code="context_length_exceeded",
                                            param="max_tokens"), queued_ms)
             return
-        request = replace(req, prompt_tokens=tuple(prompt), memory_interval_s=3600.0)
+        # the tokens encoded above are the prompt (a request holds exactly one form of it)
+        request = replace(req, prompt_tokens=tuple(prompt), prompt=None, messages=None,
+                          memory_interval_s=3600.0)
         done = None
         try:
             for ev in session.generate(request, cancel=job.cancel):

@@ -162,8 +162,12 @@ def test_cli_check_exit_codes(ckpts, env, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "will-not-work" and data["summary"].startswith("Will not work")
     assert any(f["code"] == "draft.weights_corrupt" for f in data["findings"])
-    # a recurrent target speculates (its state is rewound exactly)
-    assert main(["check", str(ckpts.mamba), "--kind", "prompt-lookup"]) == 0
+    # a recurrent target speculates (its state is rewound exactly): no cache finding; this
+    # header-only folder is refused for what the load check finds missing, and only for that
+    assert main(["check", str(ckpts.mamba), "--kind", "prompt-lookup", "--json"]) == 3
+    codes = [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]
+             if f["severity"] == "blocker"]
+    assert codes and all(c.startswith(("target.load", "target.weights")) for c in codes), codes
     assert main(["check", str(ckpts.target), "--kind", "prompt-lookup", "--context", "512"]) == 0
     # usage errors: 2, one line, no traceback
     assert main(["check", str(env / "nowhere")]) == 2

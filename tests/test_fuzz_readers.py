@@ -65,7 +65,9 @@ def test_config_values(template, config):
         (folder / "config.json").write_text(json.dumps(config, allow_nan=True))
         info = I._inspect(folder, True)
         if info.config is not None:
-            I.cache_rollback(info.config, 4096)
+            from app.checkpoints.rewind_rules import config_problem
+
+            config_problem(info.config)
             from app.checkpoints.memory_estimate import estimate_memory
 
             estimate_memory(info, None, context=128, draft_kind="none")

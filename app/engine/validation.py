@@ -109,8 +109,8 @@ def problems(request) -> list[str]:
         out.append(f"at most {MAX_STOP_STRINGS} stop strings are allowed (got {len(stops)})")
     elif any(not isinstance(s, str) or not s for s in stops):
         out.append("a stop string is empty (it would stop before the first token)")
-    if not _finite(request.memory_interval_s) or request.memory_interval_s <= 0:
-        out.append("the memory sampling interval must be a positive number of seconds")
+    if not _finite(request.memory_interval_s) or request.memory_interval_s < 0:
+        out.append("the memory sampling interval must be 0 (every round) or more seconds")
     return out
 
 

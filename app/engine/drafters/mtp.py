@@ -1,0 +1,251 @@
+"""MTP heads as a draft kind: the target's own multi-token-prediction layer proposes.
+
+The head reads one target state per position from the round loop's hidden-state taps (before
+or after the target's final norm, as the head was trained) and keeps its own KV cache with
+one entry per *pair* ``(t_{p+1}, h_p)``, i.e. per position whose next token is known. After
+every step it pairs the new rows with the tokens committed since; the output of the last
+pair predicts the token after the newest committed one, which is the first proposal.
+Further proposals chain on the head's own output state and token (one head step each); they
+are speculative cache entries, dropped before the next pairing so every kept entry reads the
+target's real state (``reuse_draft_kv=True`` keeps accepted ones instead, as mlx-vlm's
+``qwen3_5_mtp`` drafter does). Greedy requests take the argmax; sampling requests sample from
+the head's transformed distribution and return it as ``q`` for rejection sampling.
+
+Module entry points for the registry: ``make(ctx)``, ``unavailable(ctx)``, ``load(path,
+target)``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from app.engine import sampling as sm
+from app.engine.drafters.base import Drafter, Proposal
+from app.engine.drafters.mtp_head import POSTNORM, BoundHead, MTPHead
+from app.engine.events import SamplingParams
+
+
+def _tap_request(head: MTPHead):
+    try:
+        from app.engine.taps import TapRequest
+    except ImportError:  # an engine without hidden-state taps
+        return None
+    if head.hidden_state == POSTNORM:
+        return TapRequest(final_postnorm=True)
+    return TapRequest(final_prenorm=True)
+
+
+class MTPDrafter(Drafter):
+    kind = "mtp"
+    default_width = 3
+
+    def __init__(self, head: MTPHead, target_model, *, target_vocab: int,
+                 reuse_draft_kv: bool = False, step_cost: float | None = None):
+        self.head = head
+        self.bound = BoundHead(head, target_model)
+        self.target_model = target_model
+        self.target_vocab = target_vocab
+        self.reuse_draft_kv = reuse_draft_kv
+        self.taps = _tap_request(head)
+        self.needs_hidden = True
+        self.stochastic = False
+        self.sampling = SamplingParams()
+        self.step_cost = step_cost  # one head step, in target plain steps (warmup measures)
+        self._reset([])
+        self.n_proposed = self.n_accepted = self.n_rounds = 0
+
+    # -- state --------------------------------------------------------------------------
+    def _reset(self, prompt: list[int]) -> None:
+        from mlx_lm.models.cache import KVCache
+
+        self.cache = [KVCache() for _ in self.head.module.layers]
+        self.n_pairs = 0  # entries of the head's cache that read real target states
+        self.n_rows = 0  # target rows received (positions the target cache holds)
+        self.rows: mx.array | None = None  # rows for positions n_pairs..n_rows-1
+        self.seed: tuple[mx.array, mx.array] | None = None  # logits, state of last pair
+        self.spec = 0  # speculative (chained) entries on top of the pairs
+        self.spec_tokens: list[int] = []
+        self.known = list(prompt)
+
+    def _rows_of(self, hidden: Any) -> mx.array | None:
+        if hidden is None:
+            return None
+        rows = hidden.final_postnorm if self.head.hidden_state == POSTNORM else hidden.final_prenorm
+        if rows is None:
+            raise RuntimeError(f"the target pass did not return the {self.head.hidden_state} "
+                               "state the MTP head reads")
+        return rows.reshape(-1, rows.shape[-1])
+
+    def _add_rows(self, rows: mx.array | None) -> None:
+        if rows is None or rows.shape[0] == 0:
+            return
+        self.rows = rows if self.rows is None else mx.concatenate([self.rows, rows], axis=0)
+        self.n_rows += int(rows.shape[0])
+
+    def _drop_spec(self, keep: int = 0) -> None:
+        """Remove the chained entries, or keep the first ``keep`` (they become pairs)."""
+        drop = self.spec - keep
+        if drop > 0:
+            for c in self.cache:
+                c.trim(drop)
+        if keep:
+            self.n_pairs += keep
+            self.rows = self.rows[keep:] if self.rows is not None else None
+        self.spec = 0
+        self.spec_tokens = []
+
+    def _pair(self, committed: list[int]) -> None:
+        """Feed every position whose next token is now known (one head pass)."""
+        m = min(self.n_rows, len(committed) - 1)
+        n = m - self.n_pairs
+        if n <= 0 or self.rows is None:
+            return
+        tokens = mx.array(committed[self.n_pairs + 1 : m + 1], dtype=mx.uint32)
+        logits, state = self.bound.step(tokens, self.rows[:n], self.cache)
+        self.seed = (logits[-1:], state[-1:])
+        self.n_pairs = m
+        self.rows = self.rows[n:] if self.rows.shape[0] > n else None
+
+    # -- Drafter ------------------------------------------------------------------------
+    def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
+        self.sampling = sampling
+        self.stochastic = not sampling.greedy
+        self._reset(prompt)
+        return []
+
+    def prefill(self, tokens: list[int], hidden: Any) -> None:
+        self._add_rows(self._rows_of(hidden))
+        self._pair(self.known)
+        if self.seed is not None:
+            mx.async_eval(self.seed[1], *[c.state for c in self.cache])
+
+    def _pick(self, logits: mx.array, qs: list[mx.array]) -> mx.array:
+        if not self.stochastic:
+            return mx.argmax(logits, axis=-1)
+        scaled = sm.scaled_logits(logits.astype(mx.float32), self.sampling)
+        qs.append(self.bound.to_target_probs(mx.softmax(scaled, axis=-1), self.target_vocab))
+        return mx.random.categorical(scaled)
+
+    def propose(self, committed: list[int], k: int) -> Proposal | None:
+        if k <= 0:
+            return None
+        started = time.perf_counter()
+        self._drop_spec()
+        self._pair(committed)
+        if self.seed is None or self.n_pairs != len(committed) - 1:
+            return None  # no state for the newest position yet
+        logits, state = self.seed
+        qs: list[mx.array] = []
+        tokens = [self.bound.to_target_ids(self._pick(logits, qs)).astype(mx.uint32)]
+        for _ in range(k - 1):
+            logits, state = self.bound.step(tokens[-1], state, self.cache)
+            self.spec += 1
+            tokens.append(self.bound.to_target_ids(self._pick(logits, qs)).astype(mx.uint32))
+        out = mx.concatenate(tokens)
+        mx.async_eval(out)
+        return Proposal(tokens=out, q=mx.concatenate(qs, axis=0) if qs else None,
+                        draft_ms=(time.perf_counter() - started) * 1e3)
+
+    def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,
+                new_tokens: list[int], hidden: Any = None) -> None:
+        if proposal is not None:
+            self.n_rounds += 1
+            self.n_proposed += proposal.k
+            self.n_accepted += accepted
+        rows = self._rows_of(hidden)
+        if self.reuse_draft_kv and proposal is not None and self.spec:
+            # keep the chained entries of accepted proposals; their target rows are dropped
+            keep = min(accepted, self.spec)
+            self._add_rows(rows)
+            self._drop_spec(keep)
+        else:
+            self._drop_spec()
+            self._add_rows(rows)
+        self._pair(committed)
+        if self.seed is not None:
+            mx.async_eval(self.seed[0], self.seed[1])
+
+    def cost(self, k: int) -> float:
+        c = self.step_cost if self.step_cost is not None else estimate_step_cost(
+            self.head, self.target_model)
+        return max(0, k - 1) * c + (0.3 * c if k > 0 else 0.0)
+
+    def warmup(self, widths: list[int]) -> None:
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        H = self.head.module.fc.weight.shape[0]
+        cache = [KVCache() for _ in self.head.module.layers]
+        for n in sorted({1, 2, *widths}):
+            mx.eval(self.bound.step(mx.zeros((n,), mx.uint32), mx.zeros((n, H)), cache))
+        tcache = make_prompt_cache(self.target_model)
+        mx.eval(self.target_model(mx.zeros((1, 8), mx.uint32), cache=tcache))
+
+        def timed(fn) -> float:
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                mx.eval(fn())
+                times.append(time.perf_counter() - t0)
+            return sorted(times)[2]
+
+        t_head = timed(lambda: self.bound.step(mx.zeros((1,), mx.uint32), mx.zeros((1, H)),
+                                               cache))
+        t_target = timed(lambda: self.target_model(mx.zeros((1, 1), mx.uint32), cache=tcache))
+        self.step_cost = t_head / max(t_target, 1e-6)
+
+    def close(self) -> None:
+        self._reset([])
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "hidden_state": self.head.hidden_state,
+            "source": self.head.source,
+            "layout": self.head.layout,
+            "reduced_head": self.head.head_ids is not None,
+            "step_cost": None if self.step_cost is None else round(self.step_cost, 3),
+            "acceptance": round(self.n_accepted / self.n_proposed, 3) if self.n_proposed else 0.0,
+        }
+
+
+def estimate_step_cost(head: MTPHead, target_model) -> float:
+    """Head step cost relative to a target step, from parameter counts (before warmup)."""
+    from mlx.utils import tree_flatten
+
+    def count(m) -> int:
+        return sum(v.size for _, v in tree_flatten(m.parameters()))
+
+    n_head = count(head.module)
+    if head.head_weight is not None:
+        n_head += head.head_weight.size
+    else:
+        from app.engine.drafters.mtp_head import inner_model
+
+        n_head += inner_model(target_model).embed_tokens.weight.size
+    return min(1.0, n_head / max(count(target_model), 1) + 0.02)
+
+
+# -- registry entry points ------------------------------------------------------------------
+def load(path: Path | str, target) -> MTPHead:
+    """The MTP head for ``target`` (a LoadedModel) found at/for ``path``; DraftPairError if
+    there is none (the reason in one sentence)."""
+    from app.engine.drafters.mtp_load import load_head
+
+    return load_head(Path(path), target)
+
+
+def unavailable(ctx) -> str | None:
+    from app.engine.drafters.mtp_load import problem_for
+
+    return problem_for(ctx.target, ctx.assets)
+
+
+def make(ctx) -> MTPDrafter:
+    head = ctx.assets.get("mtp")
+    if head is None:
+        head = load(ctx.target.path, ctx.target)
+        ctx.assets["mtp"] = head
+    return MTPDrafter(head, ctx.target.model, target_vocab=ctx.target.vocab_size)

@@ -21,6 +21,8 @@ def register(sub, workdir_arg) -> None:
     tr.add_argument("--train-minutes", type=float, default=60.0,
                     help="planned total training time; the learning rate decays over it")
     tr.add_argument("--lr", type=float, default=None, help="peak learning rate (new runs)")
+    tr.add_argument("--extract-minutes", type=float, default=3.0,
+                    help="at most this long extracting new teacher replies between chunks")
     tr.add_argument("--hidden-state", choices=["postnorm", "prenorm"], default="postnorm",
                     help="target state the head reads (new runs)")
     tr.set_defaults(func=_train)
@@ -62,7 +64,7 @@ def _train(args) -> int:
 
     work, tdir = _dirs(args)
     mtp_train.run(work, tdir, minutes=args.minutes, train_minutes=args.train_minutes,
-                  lr=args.lr, setting=args.hidden_state)
+                  lr=args.lr, setting=args.hidden_state, extract_minutes=args.extract_minutes)
     return 0
 
 

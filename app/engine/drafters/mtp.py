@@ -42,19 +42,19 @@ def _tap_request(head: MTPHead):
 class MTPDrafter(Drafter):
     kind = "mtp"
     default_width = 3
+    step_cost: float = 0.0
 
     def __init__(self, head: MTPHead, target_model, *, target_vocab: int,
-                 reuse_draft_kv: bool = False, step_cost: float | None = None):
+                 reuse_draft_kv: bool = False):
         self.head = head
         self.bound = BoundHead(head, target_model)
         self.target_model = target_model
         self.target_vocab = target_vocab
         self.reuse_draft_kv = reuse_draft_kv
         self.taps = _tap_request(head)
-        self.needs_hidden = True
         self.stochastic = False
         self.sampling = SamplingParams()
-        self.step_cost = step_cost  # one head step, in target plain steps (warmup measures)
+        self.draft_step_ms: float | None = None
         self._reset([])
         self.n_proposed = self.n_accepted = self.n_rounds = 0
 
@@ -165,37 +165,24 @@ class MTPDrafter(Drafter):
         else:
             self._drop_spec()
             self._add_rows(rows)
-        self._pair(committed)
-        if self.seed is not None:
-            mx.async_eval(self.seed[0], self.seed[1])
-
-    def cost(self, k: int) -> float:
-        c = self.step_cost if self.step_cost is not None else estimate_step_cost(
-            self.head, self.target_model)
-        return max(0, k - 1) * c + (0.3 * c if k > 0 else 0.0)
+        # pairing waits for the next proposal: plain-step stretches cost no head passes
 
     def warmup(self, widths: list[int]) -> None:
-        from mlx_lm.models.cache import KVCache, make_prompt_cache
+        """Compile every pairing width once and time one head step (``draft_step_ms``; the
+        session turns it into target steps). A round of ``k`` proposals costs ``k`` head
+        steps: one pairing pass over the rows since the last round, then ``k - 1`` chained."""
+        from mlx_lm.models.cache import KVCache
 
         H = self.head.module.fc.weight.shape[0]
         cache = [KVCache() for _ in self.head.module.layers]
-        for n in sorted({1, 2, *widths}):
+        for n in sorted({1, 2, *[w + 1 for w in widths]}):
             mx.eval(self.bound.step(mx.zeros((n,), mx.uint32), mx.zeros((n, H)), cache))
-        tcache = make_prompt_cache(self.target_model)
-        mx.eval(self.target_model(mx.zeros((1, 8), mx.uint32), cache=tcache))
-
-        def timed(fn) -> float:
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                mx.eval(fn())
-                times.append(time.perf_counter() - t0)
-            return sorted(times)[2]
-
-        t_head = timed(lambda: self.bound.step(mx.zeros((1,), mx.uint32), mx.zeros((1, H)),
-                                               cache))
-        t_target = timed(lambda: self.target_model(mx.zeros((1, 1), mx.uint32), cache=tcache))
-        self.step_cost = t_head / max(t_target, 1e-6)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            mx.eval(self.bound.step(mx.zeros((1,), mx.uint32), mx.zeros((1, H)), cache))
+            times.append(time.perf_counter() - t0)
+        self.draft_step_ms = sorted(times)[2] * 1e3
 
     def close(self) -> None:
         self._reset([])
@@ -206,26 +193,9 @@ class MTPDrafter(Drafter):
             "source": self.head.source,
             "layout": self.head.layout,
             "reduced_head": self.head.head_ids is not None,
-            "step_cost": None if self.step_cost is None else round(self.step_cost, 3),
+            "step_cost": round(self.step_cost, 3),
             "acceptance": round(self.n_accepted / self.n_proposed, 3) if self.n_proposed else 0.0,
         }
-
-
-def estimate_step_cost(head: MTPHead, target_model) -> float:
-    """Head step cost relative to a target step, from parameter counts (before warmup)."""
-    from mlx.utils import tree_flatten
-
-    def count(m) -> int:
-        return sum(v.size for _, v in tree_flatten(m.parameters()))
-
-    n_head = count(head.module)
-    if head.head_weight is not None:
-        n_head += head.head_weight.size
-    else:
-        from app.engine.drafters.mtp_head import inner_model
-
-        n_head += inner_model(target_model).embed_tokens.weight.size
-    return min(1.0, n_head / max(count(target_model), 1) + 0.02)
 
 
 # -- registry entry points ------------------------------------------------------------------

@@ -101,7 +101,7 @@ class MTPModule(nn.Module):
             [self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], axis=-1)
         h = self.fc(h)
         caches = cache if cache is not None else [None] * len(self.layers)
-        for layer, c in zip(self.layers, caches):
+        for layer, c in zip(self.layers, caches, strict=True):
             m = mask
             if m is None and h.shape[1] > 1:
                 m = create_attention_mask(h, c) if c is not None else "causal"

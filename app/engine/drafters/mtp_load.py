@@ -21,6 +21,7 @@ from app.engine.drafters.mtp_head import (
     PRENORM,
     MTPHead,
     MTPModule,
+    attention_layer_index,
     inner_model,
     new_layer_like,
     text_args,
@@ -124,9 +125,31 @@ def _reduced_head(folder: Path | None, target_model: nn.Module):
     return arr, w
 
 
+def _sanitize_block(tensors: dict[str, Any], target_model: nn.Module) -> dict[str, Any]:
+    """A NextN block in HF naming -> the target family's MLX naming, by passing it through
+    the target's own ``sanitize`` as if it were its last decoder layer (fused or split
+    projections, stacked experts, fp8 scales: whatever that family does)."""
+    sanitize = getattr(target_model, "sanitize", None)
+    if sanitize is None:
+        return tensors
+    idx = attention_layer_index(target_model)
+    block = {f"model.layers.{idx}.{k[len('layers.0.'):]}": v
+             for k, v in tensors.items() if k.startswith("layers.0.")}
+    try:
+        done = sanitize(dict(block))
+    except Exception:
+        return tensors
+    prefix = f"model.layers.{idx}."
+    out = {k: v for k, v in tensors.items() if not k.startswith("layers.0.")}
+    out.update({"layers.0." + k[len(prefix):]: v for k, v in done.items() if k.startswith(prefix)})
+    return out
+
+
 def head_from(found: mw.Found, target) -> MTPHead:
     """Read the tensors of ``found`` into a head for ``target``; DraftPairError on mismatch."""
     tensors = mw.load_tensors(found)
+    if found.layout == "nextn":
+        tensors = _sanitize_block(tensors, target.model)
     try:
         module = build_module(target.model)
     except (AttributeError, TypeError, ValueError) as exc:

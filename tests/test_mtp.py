@@ -188,13 +188,11 @@ def test_demo_mtp_uses_the_shipped_head_and_its_setting():
     assert done.timings.draft_n_accepted > 0  # a trained head: some proposals are right
 
 
-def test_demo_head_location_without_shipped_folder(monkeypatch, tmp_path):
+def test_demo_head_location_without_shipped_folder(monkeypatch):
     """No shipped head: the reason names the command that builds one."""
-    from app.demo import mtp_paths
     from app.engine.drafters import mtp_load
 
-    monkeypatch.setattr(mtp_paths, "shipped_head_path", lambda: tmp_path / "none")
+    monkeypatch.setattr(mtp_load, "_builtin_head", lambda t: (True, None))
     target = SimpleNamespace(path=Path("/nonexistent"), config={"model_type": "llama"})
-    monkeypatch.setattr(mtp_load, "_is_demo_target", lambda t: True)
     found, why = mtp_load.locate(Path("/nonexistent"), target)
     assert found is None and "demo mtp-train" in why

@@ -31,23 +31,22 @@ from app.errors import DraftPairError
 SUPPORTED = "Qwen3.5, Qwen3-Next, DeepSeek-V3 / GLM-4.5 NextN"
 
 
-def _is_demo_target(target) -> bool:
-    try:
-        from app.demo.target import demo_target_dir
-    except ImportError:
-        return False
-    try:
-        return Path(target.path).resolve() == demo_target_dir().resolve()
-    except OSError:
-        return False
+def _builtin_head(target) -> tuple[bool, Path | None]:
+    """(is this a built-in target with its own head, that head's folder if present)."""
+    from app.checkpoints import builtins
 
-
-def _shipped_demo_head() -> Path | None:
-    try:
-        from app.demo.mtp_paths import shipped_head_available, shipped_head_path
-    except ImportError:
-        return None
-    return shipped_head_path() if shipped_head_available() else None
+    for b in builtins.registered():
+        head = builtins.get(f"{b.name}-mtp")
+        if head is None:
+            continue
+        path = b.present()
+        try:
+            same = path is not None and Path(path).resolve() == Path(target.path).resolve()
+        except OSError:
+            same = False
+        if same:
+            return True, head.present()
+    return False, None
 
 
 def locate(path: Path, target) -> tuple[mw.Found | None, str | None]:
@@ -62,10 +61,10 @@ def locate(path: Path, target) -> tuple[mw.Found | None, str | None]:
     sub = mw.find_split(path / "mtp")
     if sub is not None:
         return sub, None
-    if _is_demo_target(target):
-        demo = _shipped_demo_head()
-        if demo is not None:
-            return mw.find_split(demo), None
+    builtin, head = _builtin_head(target)
+    if builtin:
+        if head is not None and mw.find_split(head) is not None:
+            return mw.find_split(head), None
         return None, ("The MTP head trained for the demo is not included in this build "
                       "(draftpair demo mtp-train builds one).")
     name = Path(path).name

@@ -144,7 +144,7 @@ class RollbackInfo:
 def cache_rollback(config: dict, context: int | None = None) -> RollbackInfo:
     """Can this target's KV cache be rolled back after rejected drafts? (from config only)"""
     cfg = text_config(config)
-    model_type = str(cfg.get("model_type") or "")
+    model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     mapped = mlx_lm_model_type(model_type)
     layer_types = cfg.get("layer_types") if isinstance(cfg.get("layer_types"), list) else None
     lt = {str(t) for t in layer_types} if layer_types else set()
@@ -386,7 +386,10 @@ def _inspect(path: Path, read_tokenizer_files: bool) -> CheckpointInfo:
         return info
     info.config = config
     cfg = text_config(config)
-    info.model_type = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None
+    # mlx-lm picks the architecture by the outer model_type (Qwen3.5's text_config says
+    # "qwen3_5_text", which is not a module of its own)
+    mt = config.get("model_type") or cfg.get("model_type")
+    info.model_type = mt if isinstance(mt, str) else None
     archs = config.get("architectures") or cfg.get("architectures") or []
     info.architectures = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
     info.remote_code = bool(config.get("auto_map") or config.get("model_file"))

@@ -209,3 +209,38 @@ def test_demo_head_location_without_shipped_folder(monkeypatch):
     target = SimpleNamespace(path=Path("/nonexistent"), config={"model_type": "llama"})
     found, why = mtp_load.locate(Path("/nonexistent"), target)
     assert found is None and "demo mtp-train" in why
+
+
+def test_nextn_layout_names(tmp_path):
+    """DeepSeek-V3 / GLM NextN: ``model.layers.{N}`` with enorm / hnorm / eh_proj /
+    shared_head, per-expert MoE tensors stacked like mlx-lm does; shared embedding and
+    head skipped (the target's own are used); plain norms (no 1 + w)."""
+    import json
+
+    from app.engine.drafters import mtp_weights as mw
+
+    n = 3
+    H = 8
+    t = {f"model.layers.{i}.input_layernorm.weight": mx.ones((H,)) for i in range(n)}
+    p = f"model.layers.{n}."
+    t.update({
+        p + "enorm.weight": mx.full((H,), 0.5), p + "hnorm.weight": mx.full((H,), 0.25),
+        p + "eh_proj.weight": mx.ones((H, 2 * H)), p + "shared_head.norm.weight": mx.ones((H,)),
+        p + "shared_head.head.weight": mx.zeros((32, H)), p + "embed_tokens.weight": mx.zeros((32, H)),
+        p + "input_layernorm.weight": mx.full((H,), 2.0),
+        p + "self_attn.o_proj.weight": mx.ones((H, H)),
+    })
+    for e in range(4):
+        t[p + f"mlp.experts.{e}.gate_proj.weight"] = mx.full((4, H), float(e))
+    mx.save_safetensors(str(tmp_path / "model.safetensors"), t)
+    cfg = {"model_type": "deepseek_v3", "num_hidden_layers": n, "num_nextn_predict_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    found = mw.find_in_target(tmp_path, cfg)
+    assert found is not None and found.layout == "nextn" and mw.declared_depth(cfg) == 1
+    w = mw.load_tensors(found)
+    assert set(w) == {"pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "fc.weight",
+                      "norm.weight", "layers.0.input_layernorm.weight",
+                      "layers.0.self_attn.o_proj.weight", "layers.0.mlp.switch_mlp.gate_proj.weight"}
+    assert w["pre_fc_norm_embedding.weight"][0].item() == 0.5  # not shifted by 1
+    stacked = w["layers.0.mlp.switch_mlp.gate_proj.weight"]
+    assert stacked.shape == (4, 4, H) and stacked[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -49,7 +49,8 @@ def _teacher_items(teacher_dir: Path):
     return teacher_items(teacher_dir)
 
 
-def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, log=print) -> dict:
+def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Path | None = None,
+                   log=print) -> dict:
     from app.demo import teacher
     from app.demo.prompts import make_prompt
     from app.demo.target import demo_draft_path
@@ -59,6 +60,10 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, log=prin
     records = teacher.load_heldout(teacher_dir)[:prompts]
     s = Session()
     s.load_target("demo")
+    if head is not None:  # this head folder instead of the shipped one
+        from app.engine.drafters import mtp
+
+        s.assets["mtp"] = mtp.load(head, s.target)
     s.load_draft(str(demo_draft_path()))
     kinds = ("none", "mtp", "full-model")
 
@@ -123,7 +128,7 @@ def main(workdir: Path, teacher_dir: Path, args) -> dict:
     out = {"teacher_forced": teacher_forced(workdir, teacher_dir, args.head)}
     if args.engine:
         out["engine"] = engine_compare(teacher_dir, prompts=args.prompts,
-                                       max_tokens=args.max_tokens)
+                                       max_tokens=args.max_tokens, head=args.head)
     if args.json:
         print(json.dumps(out, indent=1))
     path = workdir / "mtp" / "eval.json"

@@ -18,8 +18,9 @@ def register(sub, workdir_arg) -> None:
     _teacher_arg(tr)
     tr.add_argument("--minutes", type=float, default=None,
                     help="stop this run after so many minutes (default: until done)")
-    tr.add_argument("--train-minutes", type=float, default=60.0,
-                    help="planned total training time; the learning rate decays over it")
+    tr.add_argument("--train-minutes", type=float, default=None,
+                    help="planned total training time, the learning rate decays over it "
+                         "(new runs: 60; an existing run keeps its plan unless given)")
     tr.add_argument("--lr", type=float, default=None, help="peak learning rate (new runs)")
     tr.add_argument("--extract-minutes", type=float, default=3.0,
                     help="at most this long extracting new teacher replies between chunks")

@@ -120,7 +120,7 @@ def init_demo_module(target) -> MTPModule:
 
 class MTPTrainer:
     def __init__(self, workdir: Path, teacher_dir: Path, target, tokenizer, log, *,
-                 cfg: MTPTrainConfig | None = None):
+                 cfg: MTPTrainConfig | None = None, extend_to: float | None = None):
         self.workdir = workdir
         self.teacher_dir = teacher_dir
         self.target = target
@@ -133,6 +133,8 @@ class MTPTrainer:
         run_path = self.dir / "run.json"
         run = json.loads(run_path.read_text()) if run_path.exists() else {}
         self.cfg = MTPTrainConfig(**run["config"]) if run else (cfg or MTPTrainConfig())
+        if run and cfg is not None and extend_to is not None:
+            self.cfg.train_minutes = extend_to  # train further: a longer schedule
         self.vocab = int(target.args.vocab_size)
         head_file = self.dir / "draft_head.json"
         if not head_file.exists():
@@ -426,7 +428,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minutes: float,
+def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minutes: float | None,
         chunk_minutes: float = 8.0, extract_minutes: float = 3.0, lr: float | None = None,
         setting: str = POSTNORM) -> None:
     """Alternate feature extraction (new teacher replies) and training until done/time."""
@@ -439,9 +441,9 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
     if setting not in (PRENORM, POSTNORM):
         raise ValueError(setting)
     target, tok = load(str(ensure_demo_target(log)))
-    cfg = MTPTrainConfig(train_minutes=train_minutes, hidden_state=setting,
+    cfg = MTPTrainConfig(train_minutes=train_minutes or 60.0, hidden_state=setting,
                          **({"lr": lr} if lr else {}))
-    tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg)
+    tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes)
     log(f"run: mtp head, teacher {teacher_dir}, config {asdict(tr.cfg)}")
     started = time.monotonic()
     while not tr.finished():

@@ -233,11 +233,12 @@ def test_rejection_sampling_preserves_distribution(session, pair_dirs, monkeypat
 def test_confidence_stop_keeps_sampling_exact(session, pair_dirs, monkeypatch):
     """Stopping a round when the draft doubts its own token (adaptive drafting) must not
     change the output distribution."""
+    from app.engine import width
     from app.engine.drafters import full_model
 
     session.load_draft(pair_dirs["weak"])
     monkeypatch.setattr(full_model, "CONFIDENCE_STOP", 0.5)
-    monkeypatch.setattr(full_model.WidthPolicy, "choose", lambda self, k: k)  # width fixed
+    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)  # width fixed
     target = session.target
     prompt_ids = target.tokenizer.encode("The dog sat")
     sampling = SamplingParams(temperature=1.0, top_k=3)
@@ -417,7 +418,8 @@ def test_full_model_without_draft_falls_back_loudly(pair_dirs):
     assert strict[-1].finish_reason == "error" and "draft" in strict[-1].error
 
 
-def test_non_trimmable_cache_refuses_speculation(tmp_path):
+def test_recurrent_target_speculates_exactly(tmp_path):
+    """A Mamba target (recurrent state, no trim) used to fall back; it now rewinds exactly."""
     from mlx_lm.models import mamba
     from mlx_lm.utils import save_config, save_model
 
@@ -432,13 +434,11 @@ def test_non_trimmable_cache_refuses_speculation(tmp_path):
     save_config(cfg, config_path=tmp_path / "config.json")
     s = Session()
     s.load_target(tmp_path)
-    done, events = run(s, prompt="Hello", max_tokens=6, draft_kind="prompt-lookup")
-    assert done.timings.fallback and "rewind" in done.timings.fallback
-    assert any(isinstance(e, NoticeEvent) for e in events)
-    strict = list(s.generate(GenerationRequest(prompt="Hello", chat=False, max_tokens=4,
-                                               draft_kind="prompt-lookup",
-                                               allow_fallback=False)))
-    assert strict[-1].finish_reason == "error" and "rewind" in strict[-1].error
+    plain, _ = run(s, prompt="Hello Hello Hello", max_tokens=12)
+    done, events = run(s, prompt="Hello Hello Hello", max_tokens=12, draft_kind="prompt-lookup",
+                       allow_fallback=False)
+    assert done.timings.fallback is None and not any(isinstance(e, NoticeEvent) for e in events)
+    assert done.token_ids == plain.token_ids and done.timings.draft_n > 0
 
 
 def test_incompatible_draft_is_refused(pair_dirs, tmp_path):
@@ -491,7 +491,7 @@ def test_prompt_lookup_adaptive_pauses_and_resumes():
 
 
 def test_width_policy_follows_acceptance_and_cost():
-    from app.engine.drafters.full_model import WidthPolicy
+    from app.engine.width import WidthPolicy
 
     good = WidthPolicy(6)
     good.set_costs(verify_slope=0.05, draft_cost=0.04)
@@ -521,3 +521,11 @@ def test_width_policy_follows_acceptance_and_cost():
     costly = WidthPolicy(4)
     costly.set_costs(verify_slope=1.0, draft_cost=0.5)
     assert costly.choose(4) == 0
+    # the drafter's cost model: a block drafter pays one pass for any k, a sequential one k
+    block = WidthPolicy(16, cost=lambda k: 0.3 if k else 0.0)
+    seq = WidthPolicy(16, cost=lambda k: 0.3 * k)
+    for p in (block, seq):
+        p.set_costs(verify_slope=0.02)
+        for _ in range(10):
+            p.observe(8, 7)
+    assert block.choose(16) > seq.choose(16) >= 1

@@ -25,10 +25,11 @@ from typing import Any
 
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, Condition, RunRecord
 from app.bench.suite import Task, load_suite, select_tasks
+from app.engine import registry
 from app.errors import DraftPairError
 
-DRAFT_KINDS = ("prompt-lookup", "full-model")
-DEFAULT_WIDTHS = {"prompt-lookup": 7, "full-model": 4}
+DRAFT_KINDS = tuple(k for k in registry.KINDS if k != "none")
+DEFAULT_WIDTHS = {k: registry.spec(k).default_width for k in DRAFT_KINDS}
 QUICK_MAX_TOKENS = 32
 PERSISTENT_RUNS = 3  # flagged runs in a row after which re-runs stop
 WARMUP_TOKENS = 8
@@ -241,8 +242,6 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
         if kind == "none":
             continue
         reason = available.get(kind)
-        if reason is None and kind not in DRAFT_KINDS:
-            reason = "not implemented by this version of DraftPair"
         if reason:
             skipped[kind] = reason
             continue

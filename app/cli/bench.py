@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-KIND_CHOICES = ("none", "prompt-lookup", "full-model", "mtp", "dflash")
+from app.engine.registry import KINDS as KIND_CHOICES
 
 
 def _width_arg(text: str) -> tuple[str, int]:
@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flag a run when other processes used more than this many cores")
     p.add_argument("--reruns", type=int, help="re-runs of a flagged run (default 1; quick 0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rollback", action="store_true",
+                   help="only measure what rewinding the target costs per round, as a "
+                   "fraction of a plain step (writes rollback.json)")
     p.set_defaults(func=run)
 
 
@@ -60,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise CliError(f"--out {args.out} is a file; give a folder", EXIT_USAGE)
 
+    if args.rollback:
+        return _run_rollback(args)
     from app.bench.report import write_report
     from app.bench.runner import DEFAULT_WIDTHS, BenchConfig, Progress, run_bench
     from app.errors import DraftPairError
@@ -115,3 +120,26 @@ def _print_summary(report: object) -> None:
     if flagged:
         print(f"note: {flagged} measured run(s) overlapped other work (see report.md)",
               file=sys.stderr)
+
+
+def _run_rollback(args: argparse.Namespace) -> int:
+    import json
+
+    from app.bench.rollback_cost import measure
+    from app.cli import CliError
+    from app.engine.models import load_model
+    from app.errors import DraftPairError
+
+    width = dict(args.width).get("full-model", 4)
+    try:
+        target = load_model(args.model)
+        cost = measure(target, width=width, seed=args.seed)
+    except DraftPairError as exc:
+        raise CliError(str(exc)) from None
+    for line in cost.lines():
+        print(line, file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "rollback.json"
+    path.write_text(json.dumps(cost.to_dict(), indent=2))
+    print(f"report: {path}")
+    return 0

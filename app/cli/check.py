@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from app.engine.registry import KINDS as KIND_CHOICES
+from app.engine.registry import spec
+
 EXIT_WILL_NOT_WORK = 3
-KIND_CHOICES = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.context is not None and args.context <= 0:
         raise CliError("--context must be a positive number of tokens.", EXIT_USAGE)
-    if args.draft and args.kind in ("none", "prompt-lookup", "mtp"):
+    needs_draft = args.kind is not None and spec(args.kind).needs_draft_model
+    if args.draft and args.kind is not None and not needs_draft:
         raise CliError(f"--kind {args.kind} uses no draft model; leave DRAFT out.", EXIT_USAGE)
-    if not args.draft and args.kind in ("full-model", "dflash"):
+    if not args.draft and needs_draft:
         raise CliError(f"--kind {args.kind} needs a DRAFT model.", EXIT_USAGE)
     from app.checkpoints.pairing import check
 

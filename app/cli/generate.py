@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+from app.engine.registry import KINDS, spec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from app.cli import EXIT_USAGE, CliError
 
     kind = args.draft_kind or ("full-model" if args.draft_model else "none")
-    if args.draft_model and kind != "full-model":
-        raise CliError(f"--draft-model only goes with --draft-kind full-model (not {kind})",
+    if args.draft_model and not spec(kind).needs_draft_model:
+        raise CliError(f"--draft-kind {kind} uses no draft model; leave --draft-model out",
                        EXIT_USAGE)
     if args.width is not None and not 1 <= args.width <= 64:
         raise CliError("--draft-block-size must be between 1 and 64", EXIT_USAGE)
@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
         draft = args.draft_model
         if kind == "full-model" and draft is None and str(args.model) == "demo":
             draft = "demo-draft"
-        if kind == "full-model" and draft is not None:
-            session.load_draft(draft)
+        if spec(kind).needs_draft_model and draft is not None:
+            session.load_draft(draft)  # a DFlash folder or a small model
     except DraftPairError as exc:
         raise CliError(str(exc)) from None
     request = GenerationRequest(

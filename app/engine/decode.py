@@ -6,6 +6,11 @@ for the next position. A round with proposals ``d_1..d_k`` feeds ``pending + d``
 and reads the ``k+1`` rows it needs (with ``carry`` in front when nothing is pending). A plain
 step samples from ``carry`` and immediately queues the next target step before syncing, like
 ``mlx_lm.generate_step``, so plain decoding through this loop keeps mlx-lm's pipelining.
+
+After a verify pass the target's cache is rewound to what was kept by the strategy chosen for
+its cache kind (``app.engine.rollback``); the width of each round comes from the width policy
+(``app.engine.width``) and the drafter's cost model; drafters that read hidden states get the
+rows of every pass through ``app.engine.taps`` (prefill chunks, then one ``observe`` per step).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.engine import rollback, taps
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
@@ -32,9 +38,11 @@ from app.engine.events import (
     TokenEvent,
 )
 from app.engine.memory import MemorySampler
-from app.engine.models import LoadedModel, make_cache, trim
+from app.engine.models import LoadedModel, make_cache
 from app.engine.stopping import StopMatcher
+from app.engine.taps import Hidden
 from app.engine.verify import verify
+from app.engine.width import WidthPolicy
 
 PREFILL_STEP = 2048
 
@@ -52,6 +60,7 @@ class RoundLoop:
         cancel: threading.Event | None,
         fallback: str | None = None,
         cache: list | None = None,  # a fresh target cache (default: made here)
+        verify_slope: float | None = None,  # measured at warm-up, for the width policy
     ):
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -77,11 +86,20 @@ class RoundLoop:
         self.finish_reason: str | None = None
         self._round_ms = (0.0, 0.0, 0.0)
         self.eos_emitted = False
+        self.taps = drafter.taps if drafter is not None else None
+        self.rollback = rollback.for_target(target)
+        self.policy: WidthPolicy | None = None
+        if drafter is not None and drafter.adaptive_width and self.width > 0:
+            self.policy = WidthPolicy(self.width, cost=drafter.cost)
+            if verify_slope is not None:
+                self.policy.set_costs(verify_slope=verify_slope)
+        self.hidden: Hidden | None = None  # rows of the last step, for the drafter
 
     # -- target passes ---------------------------------------------------------------
-    def _forward(self, tokens: mx.array) -> mx.array:
-        """Raw logits ``(n, V)`` for ``tokens`` (appended to the target cache)."""
-        return self.target.model(tokens[None], cache=self.cache)[0]
+    def _forward(self, tokens: mx.array) -> tuple[mx.array, Hidden | None]:
+        """Raw logits ``(n, V)`` for ``tokens`` (appended to the target cache), plus the
+        hidden rows the drafter reads (None when it reads none)."""
+        return taps.forward(self.target.model, tokens, self.cache, self.taps)
 
     def _history(self) -> mx.array | None:
         if not self.processors:
@@ -93,26 +111,34 @@ class RoundLoop:
         body = self.prompt
         drafter_arrays = self.drafter.begin(self.prompt, self.sampling) if self.drafter else []
         for start in range(0, len(body), PREFILL_STEP):
-            chunk = mx.array(body[start : start + PREFILL_STEP], dtype=mx.uint32)
-            logits = self._forward(chunk)
+            part = body[start : start + PREFILL_STEP]
+            logits, hidden = self._forward(mx.array(part, dtype=mx.uint32))
+            if self.drafter is not None:
+                self.drafter.prefill(part, hidden)
             if start + PREFILL_STEP < len(body):
-                mx.eval([c.state for c in self.cache])
+                mx.eval(rollback.cache_arrays(self.cache))
         self.carry = logits[-1:]
         mx.eval(self.carry, *drafter_arrays)
 
     # -- one step ----------------------------------------------------------------------
     def _plain_step(self) -> list[int]:
+        parts: list[Hidden | None] = []
         if self.pending:
-            self.carry = self._forward(mx.array(self.pending, dtype=mx.uint32))[-1:]
+            logits, hidden = self._forward(mx.array(self.pending, dtype=mx.uint32))
+            self.carry = logits[-1:]
+            parts.append(hidden)
             self.pending = []
         rows = sm.process_rows(self.carry, self._history(), [], self.processors)
         tok = sm.sample(rows, self.sampling)
         # queue the next target step before syncing (mlx-lm's pipelining)
-        next_carry = self._forward(tok.astype(mx.uint32))[-1:]
+        logits, hidden = self._forward(tok.astype(mx.uint32))
+        next_carry = logits[-1:]
+        parts.append(hidden)
         mx.async_eval(tok, next_carry)
         t = int(tok.item())
         self.carry = next_carry
         self.verify_passes += 1
+        self.hidden = Hidden.concat(parts) if self.taps is not None else None
         return [t]
 
     def _spec_round(self, proposal: Proposal) -> tuple[list[int], int]:
@@ -125,7 +151,8 @@ class RoundLoop:
         inputs = proposal.tokens.astype(mx.uint32)
         if n_pending:
             inputs = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), inputs])
-        logits = self._forward(inputs)
+        with self.rollback.verifying(self.cache):
+            logits, hidden = self._forward(inputs)
         if n_pending:
             rows = logits[n_pending - 1 :]
         else:
@@ -136,7 +163,9 @@ class RoundLoop:
         self.verify_passes += 1
         t_roll = time.perf_counter()
         n = verdict.accepted
-        trim(self.cache, k - n)
+        self.rollback.rewind(self.cache, inputs, keep=n_pending + n)
+        # rows of what the pass fed and kept: pending + accepted proposals
+        self.hidden = hidden.rows(0, n_pending + n) if hidden is not None else None
         self.pending = [verdict.token]
         self.carry = None
         self.rollback_ms += (time.perf_counter() - t_roll) * 1e3
@@ -178,13 +207,17 @@ class RoundLoop:
                 proposal = None
                 k = min(self.width, remaining - 1)
                 if self.drafter is not None and k > 0:
-                    proposal = self.drafter.propose(self.committed, k)
+                    if self.policy is not None:
+                        k = self.policy.request(k, stops_early=self.drafter.stops_early)
+                    proposal = self.drafter.propose(self.committed, k) if k > 0 else None
                     if proposal is not None and proposal.k == 0:
                         proposal = None
                 if proposal is None:
                     new_tokens, accepted = self._plain_step(), 0
                 else:
                     new_tokens, accepted = self._spec_round(proposal)
+                    if self.policy is not None:
+                        self.policy.observe(proposal.k, accepted)
                 emitted = self._commit(new_tokens, accepted, proposal, detok, stopper)
                 round_index = len(self.rounds) if proposal is not None else -1
                 for ev in emitted:
@@ -196,8 +229,10 @@ class RoundLoop:
                     ttft_ms = (time.perf_counter() - t_start) * 1e3
                 t_obs = time.perf_counter()
                 if self.drafter is not None and self.finish_reason is None:
-                    self.drafter.observe(self.committed, proposal, accepted, new_tokens)
-                self.rollback_ms += (time.perf_counter() - t_obs) * 1e3
+                    self.drafter.observe(self.committed, proposal, accepted, new_tokens,
+                                         self.hidden)
+                obs_ms = (time.perf_counter() - t_obs) * 1e3  # drafter bookkeeping
+                self.draft_ms += obs_ms
                 if proposal is not None:
                     d_ms, v_ms, r_ms = self._round_ms
                     rec = RoundRecord(
@@ -207,9 +242,9 @@ class RoundLoop:
                         bonus=len(emitted) > accepted,
                         emitted=len(emitted),
                         width=k,
-                        draft_ms=d_ms,
+                        draft_ms=d_ms + obs_ms,
                         verify_ms=v_ms,
-                        rollback_ms=r_ms + (time.perf_counter() - t_obs) * 1e3,
+                        rollback_ms=r_ms,
                         t_ms=(time.perf_counter() - t_prefill) * 1e3,
                         total_tokens=len(self.output),
                     )

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-DRAFT_KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
-
 # Acceptance rules (app/engine/verify.py); reported in timings.acceptance_rule.
 RULE_NONE = "none"  # plain decoding
 RULE_GREEDY = "greedy"  # temperature 0: argmax match, exact

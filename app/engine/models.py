@@ -210,25 +210,6 @@ def make_cache(loaded: LoadedModel) -> list[Any]:
     return make_prompt_cache(loaded.model)
 
 
-def rollback_problem(cache: list[Any], needed_tokens: int) -> str | None:
-    """Why this cache cannot be rolled back after rejected proposals (None if it can)."""
-    from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache
-
-    if not can_trim_prompt_cache(cache):
-        kinds = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
-        return (
-            "the model keeps a recurrent state that cannot be rewound after a rejected draft "
-            f"({', '.join(kinds)})"
-        )
-    for c in cache:
-        if isinstance(c, RotatingKVCache) and needed_tokens > c.max_size:
-            return (
-                f"the model's sliding-window cache holds {c.max_size} tokens and would wrap "
-                f"before {needed_tokens} tokens, after which it cannot be rewound"
-            )
-    return None
-
-
 def trim(cache: list[Any], n: int) -> None:
     if n <= 0:
         return

@@ -20,16 +20,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
 from app.checkpoints.resolve import resolve_model
+from app.engine import registry, rollback
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
-from app.engine.drafters.full_model import FullModelDrafter
-from app.engine.drafters.prompt_lookup import PromptLookupDrafter
 from app.engine.events import (
-    DRAFT_KINDS,
     DoneEvent,
     Event,
     GenerationRequest,
@@ -37,11 +36,9 @@ from app.engine.events import (
     StatusEvent,
     Timings,
 )
-from app.engine.models import LoadedModel, load_model, make_cache, rollback_problem
-from app.engine.verify import choose_rule
+from app.engine.models import LoadedModel, load_model, make_cache
+from app.engine.registry import DrafterContext
 from app.errors import DraftPairError, ModelLoadError, user_message
-
-IMPLEMENTED_KINDS = ("none", "full-model", "prompt-lookup")
 
 
 class Session:
@@ -49,6 +46,7 @@ class Session:
         self.precision = precision
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
+        self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
         self._warm: set[tuple[str, int]] = set()
         self._costs: dict[tuple[str, int], dict[str, float]] = {}
 
@@ -56,39 +54,55 @@ class Session:
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
+        rollback.for_target(self.target)  # the rewind strategy is chosen at load
         return self.target
 
-    def load_draft(self, name_or_path: str | Path) -> LoadedModel:
+    def load_draft(self, name_or_path: str | Path) -> Any:
+        """A draft folder: a DFlash drafter (kept in ``assets["dflash"]``) or a small LM
+        for the full-model kind. Returns what was loaded."""
         if self.target is None:
             raise ModelLoadError("Load a target model before its draft.")
+        if _is_dflash_folder(name_or_path):
+            mod = registry.module("dflash")
+            if mod is None:
+                raise ModelLoadError(registry.not_supported("dflash") + ".")
+            self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
+            self._forget_warm("dflash")
+            return self.assets["dflash"]
         draft = load_model(resolve_model(name_or_path), precision=self.precision)
         problem = token_id_problem(self.target.path, draft.path)
         if problem:
             raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
         self.draft = draft
-        self._warm = {w for w in self._warm if w[0] != "full-model"}
+        self._forget_warm("full-model")
         return draft
 
     def unload_draft(self) -> None:
         self.draft = None
-        self._warm = {w for w in self._warm if w[0] != "full-model"}
+        self.assets.pop("dflash", None)
+        self._forget_warm("full-model")
+        self._forget_warm("dflash")
+
+    def _forget_warm(self, kind: str) -> None:
+        self._warm = {w for w in self._warm if w[0] != kind}
 
     def unload(self) -> None:
         self.target = None
         self.draft = None
+        self.assets.clear()
         self._warm.clear()
         mx.clear_cache()
 
+    def context(self, request: GenerationRequest | None = None) -> DrafterContext | None:
+        if self.target is None:
+            return None
+        return DrafterContext(target=self.target, draft=self.draft,
+                              request=request or GenerationRequest(), assets=self.assets)
+
     def available_kinds(self) -> dict[str, str | None]:
         """Each draft kind -> None if it can run with what is loaded, else the reason."""
-        reasons: dict[str, str | None] = {k: None for k in DRAFT_KINDS}
-        if self.target is None:
-            return {k: "no target model is loaded" for k in DRAFT_KINDS}
-        if self.draft is None:
-            reasons["full-model"] = "no draft model is loaded"
-        reasons["mtp"] = "MTP heads are not supported by this version of DraftPair yet"
-        reasons["dflash"] = "DFlash drafters are not supported by this version of DraftPair yet"
-        return reasons
+        ctx = self.context()
+        return {k: registry.unavailable(k, ctx) for k in registry.KINDS}
 
     # -- prompts ----------------------------------------------------------------------
     def encode(self, request: GenerationRequest) -> list[int]:
@@ -132,10 +146,7 @@ class Session:
     ) -> Iterator[Event]:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
-        if req.draft_kind not in DRAFT_KINDS:
-            raise DraftPairError(
-                f"Unknown draft kind {req.draft_kind!r}; choose one of {', '.join(DRAFT_KINDS)}."
-            )
+        registry.spec(req.draft_kind)  # a plain error for an unknown kind
         if req.max_tokens < 1:
             raise DraftPairError("max tokens must be at least 1.")
         prompt = self.encode(req)
@@ -143,12 +154,11 @@ class Session:
             raise DraftPairError("The prompt is empty.")
         kind = req.draft_kind
         fallback: str | None = None
-        reason = self.available_kinds().get(kind) if kind != "none" else None
-        width = req.draft_width or _default_width(kind)
-        cache = make_cache(self.target)  # checked here, then used by the loop
+        ctx = self.context(req)
+        reason = registry.unavailable(kind, ctx) if kind != "none" else None
+        width = req.draft_width or registry.spec(kind).default_width
         if reason is None and kind != "none":
-            needed = len(prompt) + req.max_tokens + width + 1
-            problem = rollback_problem(cache, needed)
+            problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
         if reason is not None:
@@ -157,15 +167,18 @@ class Session:
             fallback = f"{kind} unavailable: {reason}"
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
             kind = "none"
-        drafter = self._make_drafter(kind, req)
+        drafter = registry.make(kind, ctx) if kind != "none" else None
         width = width if drafter is not None else 0
         if drafter is not None and (kind, width) not in self._warm:
             yield StatusEvent("warmup", f"preparing verify widths 1..{width + 1}")
             self._costs[(kind, width)] = self._warmup(drafter, width)
             self._warm.add((kind, width))
-        if isinstance(drafter, FullModelDrafter) and (kind, width) in self._costs:
-            drafter.set_costs(**self._costs[(kind, width)])
-        rule = choose_rule(req.sampling, stochastic_draft=kind == "full-model")
+        verify_slope = None
+        if drafter is not None and (kind, width) in self._costs:
+            costs = self._costs[(kind, width)]
+            drafter.step_cost = costs["draft_cost"]
+            verify_slope = costs["verify_slope"]
+        rule = registry.rule_for(kind, req.sampling)
         loop = RoundLoop(
             target=self.target,
             drafter=drafter,
@@ -175,44 +188,28 @@ class Session:
             width=width,
             cancel=cancel,
             fallback=fallback,
-            cache=cache,
+            verify_slope=verify_slope,
         )
         yield from loop.run()
-
-    def _make_drafter(self, kind: str, req: GenerationRequest) -> Drafter | None:
-        assert self.target is not None
-        if kind == "none":
-            return None
-        if kind == "prompt-lookup":
-            return PromptLookupDrafter(
-                ngram_min=req.ngram_min, ngram_max=req.ngram_max, adaptive=req.adaptive
-            )
-        if kind == "full-model":
-            assert self.draft is not None
-            return FullModelDrafter(
-                self.draft,
-                target_vocab=self.target.vocab_size,
-                adaptive=req.adaptive,
-                max_width=req.draft_width or _default_width(kind),
-            )
-        raise DraftPairError(f"Draft kind {kind!r} is not implemented.")
 
     def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
         """Run the target once at every verify width so first-use costs are not timed, and
         measure what a wider verify and a draft step cost relative to one target step."""
         assert self.target is not None
         started = time.perf_counter()
+        rb = rollback.for_target(self.target)
         cache = make_cache(self.target)
         mx.eval(self.target.model(mx.zeros((1, 8), mx.uint32), cache=cache))
         step_ms: dict[int, float] = {}
         for n in [*range(1, width + 2), 1, width + 1]:
+            tokens = mx.zeros((n,), mx.uint32)
             t0 = time.perf_counter()
-            out = self.target.model(mx.zeros((1, n), mx.uint32), cache=cache)
+            with rb.verifying(cache):
+                out = self.target.model(tokens[None], cache=cache)
             mx.eval(out)
             ms = (time.perf_counter() - t0) * 1e3
             step_ms[n] = min(step_ms.get(n, ms), ms)
-            for c in cache:
-                c.trim(n)
+            rb.rewind(cache, tokens, keep=0)
         drafter.warmup(list(range(1, width + 1)))
         self.last_warmup_s = time.perf_counter() - started
         one = max(step_ms[1], 1e-3)
@@ -221,8 +218,22 @@ class Session:
         return {"verify_slope": slope, "draft_cost": draft_ms / one}
 
 
-def _default_width(kind: str) -> int:
-    return {"full-model": 4, "prompt-lookup": 7, "mtp": 4, "dflash": 16}.get(kind, 0)
+def _is_dflash_folder(name_or_path: str | Path) -> bool:
+    import json
+
+    try:
+        cfg = resolve_model(name_or_path) / "config.json"
+    except Exception:  # not found: load_model says so plainly
+        return False
+    if not cfg.is_file():
+        return False
+    try:
+        config = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return False
+    from app.checkpoints.inspect import dflash_config
+
+    return isinstance(config, dict) and dflash_config(config) is not None
 
 
 def token_id_problem(target: Path, draft: Path) -> str | None:

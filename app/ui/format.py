@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.kinds import LABELS
 from app.units import format_bytes, format_params  # noqa: F401 - re-exported for the views
 
-KIND_LABELS = {
-    "none": "Off",
-    "full-model": "Draft model",
-    "prompt-lookup": "Prompt lookup",
-    "mtp": "MTP head",
-    "dflash": "DFlash",
-}
+KIND_LABELS = LABELS
 
 FINISH_LABELS = {
     "stop": "end of reply",

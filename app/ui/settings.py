@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from app.fileio import atomic_write_json
+from app.kinds import KINDS
 
 SCHEMA_VERSION = 2
 
-SPEC_CHOICES = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+SPEC_CHOICES = KINDS
 
 
 @dataclass

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.kinds import KINDS
 from app.ui.format import KIND_LABELS
 
 
@@ -76,7 +77,7 @@ class SpecCombo(QComboBox):
 
     def __init__(self, parent: QWidget | None = None, *, include_off: bool = True):
         super().__init__(parent)
-        kinds = ["none", "full-model", "prompt-lookup", "mtp", "dflash"]
+        kinds = list(KINDS)
         if not include_off:
             kinds.remove("none")
         for kind in kinds:

@@ -8,10 +8,10 @@ from app.checkpoints.inspect import (
     KIND_DFLASH,
     KIND_UNSUPPORTED,
     CheckpointInfo,
-    cache_rollback,
     inspect_checkpoint,
 )
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
+from app.checkpoints.rewind_rules import config_problem
 
 
 def as_info(x: str | Path | CheckpointInfo) -> CheckpointInfo:
@@ -170,8 +170,8 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
 def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:
     """Target alone: say which drafting kinds it could use."""
     options = []
-    rb = cache_rollback(t.config or {}, context)
-    if rb.trimmable and not rb.sliding_only:
+    problem = config_problem(t.config or {})
+    if problem is None:
         options.append("prompt lookup")
         options.append("a draft model with the same tokenizer")
     if t.mtp_tensors:
@@ -181,7 +181,7 @@ def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:
             "target.options",
             NOTE,
             "Speculative decoding can use " + ", ".join(options) + ".",
-            f"kind=none; rollback: {rb.reason or 'trimmable cache'}",
+            f"kind=none; rollback: {problem or 'exact'}",
         )
     else:
-        out.add("target.options", NOTE, "This model can only run without speculation.", rb.reason)
+        out.add("target.options", NOTE, "This model can only run without speculation.", problem)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.checkpoints.memory_estimate import MemoryEstimate
+from app.kinds import KINDS
 
 BLOCKER, WARNING, NOTE = "blocker", "warning", "note"
 VERDICT_WORKS = "works"
@@ -16,7 +17,6 @@ VERDICT_LABELS = {
     VERDICT_WARNINGS: "Works, with warnings",
     VERDICT_FAILS: "Will not work",
 }
-KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
 _ALIASES = {
     "full_model": "full-model", "draft": "full-model", "model": "full-model",
     "prompt_lookup": "prompt-lookup", "ngram": "prompt-lookup", "lookup": "prompt-lookup",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from app.checkpoints.inspect import CheckpointInfo, cache_rollback
+from app.checkpoints.inspect import CheckpointInfo
 from app.checkpoints.pairing.report import BLOCKER, WARNING, FindingList
+from app.checkpoints.rewind_rules import config_problem
 
 # Looked up, never imported: the checkpoint layer only asks whether the runtime has them.
 RUNTIME_MODULES = {"mtp": "app.engine.drafters.mtp", "dflash": "app.engine.drafters.dflash"}
@@ -14,42 +15,32 @@ RUNTIME_MODULES = {"mtp": "app.engine.drafters.mtp", "dflash": "app.engine.draft
 def rollback_findings(
     t: CheckpointInfo, kind: str, context: int, out: FindingList, d: CheckpointInfo | None = None
 ) -> None:
+    """The engine rewinds KV, sliding-window and recurrent caches exactly; only the caches
+    ``rewind_problem`` names stop speculation (the session gives the same verdict)."""
     if t.config is None:
         return
-    rb = cache_rollback(t.config, context)
-    if rb.reason:
-        hard = kind in ("full-model", "prompt-lookup")
-        if rb.recurrent:
-            sev = BLOCKER if hard else WARNING
-            msg = (
-                "This target cannot undo rejected guesses, so speculative decoding cannot run on it."
-                if hard
-                else "This target cannot simply undo rejected guesses; the drafter must replay its state, which costs speed."
-            )
-            out.add("cache.not_trimmable", sev, msg, rb.reason)
-        elif rb.sliding_only:
-            out.add(
-                "cache.sliding_window",
-                BLOCKER if hard else WARNING,
-                f"This target only remembers the last {rb.sliding_window} tokens and cannot undo guesses beyond that.",
-                rb.reason,
-            )
-        elif rb.sliding_window:
-            out.add(
-                "cache.sliding_window",
-                WARNING,
-                f"Speculation will stop once the conversation passes {rb.sliding_window} tokens.",
-                rb.reason,
-            )
+    problem = rewind_problem(t.config)
+    if problem:
+        out.add(
+            "cache.not_trimmable",
+            BLOCKER if kind != "none" else WARNING,
+            "This target cannot undo rejected guesses, so speculative decoding cannot run on it.",
+            problem,
+        )
     if d is not None and d.config is not None and kind == "full-model":
-        drb = cache_rollback(d.config, context)
-        if not drb.trimmable:
+        problem = rewind_problem(d.config)
+        if problem:
             out.add(
                 "cache.draft_not_trimmable",
                 BLOCKER,
                 "The draft cannot undo rejected guesses, so it cannot be used as a draft.",
-                drb.reason,
+                problem,
             )
+
+
+def rewind_problem(config: dict) -> str | None:
+    """Why rejected drafts could not be undone on this checkpoint's cache (None if they can)."""
+    return config_problem(config)
 
 
 def runtime_findings(kind: str, out: FindingList) -> None:

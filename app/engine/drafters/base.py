@@ -1,9 +1,18 @@
 """The drafter interface: what every draft kind provides to the round loop.
 
-A drafter proposes ``k`` tokens after the committed sequence; the target verifies them in one
-pass. Drafters that sample (``stochastic``) also return the distributions ``q`` they sampled
-from so the rejection rule stays exact. Drafters that need the target's hidden states from the
-verify pass (MTP heads, DFlash) set ``needs_hidden`` and receive them in ``observe``.
+A drafter proposes up to ``k`` tokens after the committed sequence; the target verifies them
+in one pass. Drafters that sample (``stochastic``) also return the distributions ``q`` they
+sampled from so the rejection rule stays exact. Drafters that read the target's hidden states
+(MTP heads, DFlash) set ``taps``; the loop then hands them the rows of every target pass.
+
+Hidden-row invariant: across ``prefill`` chunks and ``observe`` calls a drafter receives
+exactly one row per position the target cache holds, in order. ``committed`` is prompt +
+output; the target has fed ``committed[:fed]`` where ``fed = len(committed) - 1`` after a
+speculative round (the target's own correction/bonus token is still pending) and
+``fed = len(committed)`` after a plain step. ``observe(hidden)`` carries exactly the rows that
+pass fed and kept (pending + accepted proposals; rejected rows dropped). The row for position
+``i`` is the state whose LM head output predicts token ``i + 1``. Drafters rewind their own
+caches with ``app.engine.rollback.rewind_cache(cache, length)``.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine.events import SamplingParams
+from app.engine.taps import Hidden, TapRequest
 
 
 @dataclass
@@ -30,17 +40,27 @@ class Proposal:
 
 class Drafter(abc.ABC):
     kind: str = "?"
-    stochastic: bool = False
-    needs_hidden: bool = False
-    default_width: int = 4
+    stochastic: bool = False  # samples proposals -> Proposal.q, rejection sampling
+    taps: TapRequest | None = None  # hidden states it reads (None: none)
+    block: bool = False  # True: k proposals cost one drafter pass (DFlash)
+    adaptive_width: bool = True  # the loop's width policy sizes the rounds (app.engine.width)
+    stops_early: bool = False  # may return fewer than k by itself (asked for the full width)
+    # one drafting step (sequential) or one drafter pass (block), in target plain steps;
+    # the session measures it at warm-up (``draft_step_ms`` / a target step)
+    step_cost: float = 0.0
+    draft_step_ms: float | None = None
 
     @abc.abstractmethod
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         """Fresh per-request state. Returns lazy arrays to evaluate with the target prefill."""
 
+    def prefill(self, tokens: list[int], hidden: Hidden | None) -> None:  # noqa: B027
+        """One prefill chunk of the target: its tokens and (with ``taps``) their rows."""
+
     @abc.abstractmethod
     def propose(self, committed: list[int], k: int) -> Proposal | None:
-        """Up to ``k`` proposals after ``committed`` (prompt + output), or None to skip."""
+        """Up to ``k`` proposals after ``committed`` (prompt + output), or None to skip.
+        May return fewer than ``k`` (e.g. a confidence stop)."""
 
     @abc.abstractmethod
     def observe(
@@ -49,9 +69,15 @@ class Drafter(abc.ABC):
         proposal: Proposal | None,
         accepted: int,
         new_tokens: list[int],
-        hidden: Any = None,
+        hidden: Hidden | None = None,
     ) -> None:
         """Called after every step with the tokens just committed (accepted + target's own)."""
+
+    def cost(self, k: int) -> float:
+        """Drafting cost of ``k`` proposals, in target plain steps."""
+        if k <= 0:
+            return 0.0
+        return self.step_cost if self.block else k * self.step_cost
 
     def warmup(self, widths: list[int]) -> None:  # noqa: B027 - optional hook
         """Run each width once so that first-use costs are not timed."""

@@ -10,8 +10,11 @@ Reduced draft head (FR-Spec style): a draft folder may ship ``draft_head.json`` 
 draft can only propose those ids; verification is unchanged, so outputs stay exact.
 
 Cache bookkeeping follows mlx-lm's ``speculative_generate_step``: after proposing, the draft
-cache holds ``committed + d_1..d_{k-1}``; after ``n`` accepted it is trimmed by
-``(k-1) - min(n, k-1)`` and the tokens it has not seen yet are fed at the next proposal.
+cache holds ``committed + d_1..d_{k-1}``; after ``n`` accepted it is rewound by
+``(k-1) - min(n, k-1)`` (``rewind_cache``: KV trim, recurrent state from the step it marked,
+sliding windows with room for a round) and the tokens it has not seen yet are fed at the next
+proposal. How many proposals a round asks for is the loop's width policy
+(``app.engine.width``); the confidence stop below is the drafter's own.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
-from app.engine.models import LoadedModel, dequantized_weight, make_cache, trim
+from app.engine.models import LoadedModel, dequantized_weight, make_cache
+from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
+from app.engine.taps import Hidden
+
+if TYPE_CHECKING:
+    from app.engine.registry import DrafterContext
 
 
 class DraftHead:
@@ -92,67 +100,6 @@ class DraftHead:
         return q
 
 
-class WidthPolicy:
-    """Choose the number of proposals from measured costs and observed acceptance.
-
-    With per-token acceptance ``a``, a round of ``k`` proposals yields on average
-    ``(1 - a^(k+1)) / (1 - a)`` tokens and costs ``verify(k+1) + k * draft`` target steps;
-    a plain step yields 1 token for 1 step. The policy picks the ``k`` (0 = plain step) with
-    the best ratio; while it decodes plainly it probes with one proposal every
-    ``probe_every`` steps so that a draft that starts agreeing is noticed; each failed probe
-    doubles that interval (up to ``probe_max``), an accepted one resets it.
-    """
-
-    def __init__(self, max_width: int, *, probe_every: int = 16, probe_max: int = 64,
-                 decay: float = 0.9):
-        self.max_width = max_width
-        self.probe_every = probe_every
-        self.probe_max = probe_max
-        self.probe_interval = probe_every
-        self.decay = decay
-        self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
-        self.rejected = 0.4
-        self.verify_slope = 0.06  # extra cost per verified token, in target steps
-        self.draft_cost = 0.05  # one draft step, in target steps
-        self.plain_streak = 0
-        self.probing = False  # the last choice was a one-token probe while decoding plainly
-
-    def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
-        self.verify_slope = max(0.0, verify_slope)
-        self.draft_cost = max(0.0, draft_cost)
-
-    @property
-    def alpha(self) -> float:
-        return self.accepted / (self.accepted + self.rejected)
-
-    def gain(self, k: int) -> float:
-        a = min(self.alpha, 0.999)
-        tokens = (1 - a ** (k + 1)) / (1 - a)
-        cost = 1 + self.verify_slope * k + self.draft_cost * k
-        return tokens / cost
-
-    def choose(self, k_max: int) -> int:
-        k_max = min(k_max, self.max_width)
-        best = max(range(k_max + 1), key=self.gain)
-        self.probing = False
-        if best == 0:
-            self.plain_streak += 1
-            if self.plain_streak >= self.probe_interval and k_max >= 1:
-                self.plain_streak = 0
-                self.probing = True
-                return 1
-        else:
-            self.plain_streak = 0
-        return best
-
-    def observe(self, proposed: int, accepted: int) -> None:
-        if self.probing:
-            self.probe_interval = (self.probe_every if accepted else
-                                   min(self.probe_interval * 2, self.probe_max))
-        self.accepted = self.decay * self.accepted + accepted
-        self.rejected = self.decay * self.rejected + (1 if accepted < proposed else 0)
-
-
 # With the adaptive policy, a round stops drafting after the first proposal whose draft
 # probability is below this: the draft is well calibrated (shipped demo draft on held-out
 # replies: agreement 0.06 / 0.21 / 0.41 / 0.60 / 0.92 for confidence 0-.2 / .2-.4 / ... /
@@ -164,7 +111,6 @@ CONFIDENCE_STOP = 0.6
 
 class FullModelDrafter(Drafter):
     kind = "full-model"
-    default_width = 4
 
     def __init__(
         self,
@@ -187,44 +133,30 @@ class FullModelDrafter(Drafter):
         self.sampling = SamplingParams()
         self.stochastic = False
         self.adaptive = adaptive
-        self.policy = WidthPolicy(max_width)
+        self.adaptive_width = adaptive  # the loop's width policy sizes the rounds
+        self.stops_early = bool(confidence_stop)
+        self.max_width = max_width
         self.draft_step_ms: float | None = None
-        self._costs: dict[str, float] | None = None
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
-        self.cache = make_cache(self.draft)
-        self.policy = self._fresh_policy()
+        # sliding-window layers keep room for a round's writes, so rewinds stay exact
+        self.cache = widen_windows(make_cache(self.draft), self.max_width + 2)
         body = prompt[:-1]
+        self.length = len(body)  # positions the draft cache holds
         outs: list[mx.array] = []
         for start in range(0, len(body), self.prefill_step):
             chunk = mx.array(body[start : start + self.prefill_step], dtype=mx.uint32)
             self.draft.model(chunk[None], cache=self.cache)
-            outs = [c.state for c in self.cache]
+            outs = cache_arrays(self.cache)
             if start + self.prefill_step < len(body):
                 mx.eval(outs)
         self.pending = prompt[-1:]
-        return [a for s in outs for a in (s if isinstance(s, (list, tuple)) else [s])]
-
-    def _fresh_policy(self) -> WidthPolicy:
-        policy = WidthPolicy(self.policy.max_width)
-        if self._costs:
-            policy.set_costs(**self._costs)
-        return policy
-
-    def set_costs(self, *, verify_slope: float, draft_cost: float) -> None:
-        """Measured costs (in target steps) for the adaptive width policy."""
-        self._costs = {"verify_slope": verify_slope, "draft_cost": draft_cost}
-        self.policy.set_costs(**self._costs)
+        mark_cache(self.cache, self.length)
+        return outs
 
     def propose(self, committed: list[int], k: int) -> Proposal | None:
-        if self.adaptive and k > 0:
-            chosen = self.policy.choose(k)
-            # The policy decides whether drafting pays at all; with confidence stopping the
-            # draft itself decides how far to go (a probe while decoding plainly stays short).
-            widen = chosen > 0 and self.confidence_stop and not self.policy.probing
-            k = k if widen else chosen
         if k <= 0 or self.cache is None:
             return None
         started = time.perf_counter()
@@ -233,6 +165,8 @@ class FullModelDrafter(Drafter):
         qs: list[mx.array] = []
         for j in range(k):
             logits = self.head.logits(y, self.cache)
+            self.length += int(y.shape[0])
+            mark_cache(self.cache, self.length)
             if self.stochastic:
                 scaled = sm.scaled_logits(logits, self.sampling)
                 probs = mx.softmax(scaled, axis=-1)
@@ -264,15 +198,15 @@ class FullModelDrafter(Drafter):
         proposal: Proposal | None,
         accepted: int,
         new_tokens: list[int],
-        hidden: Any = None,
+        hidden: Hidden | None = None,
     ) -> None:
         if proposal is None:
             self.pending = self.pending + list(new_tokens)
             return
         k = proposal.k
-        self.policy.observe(k, accepted)
         keep = min(accepted, k - 1)
-        trim(self.cache, (k - 1) - keep)
+        self.length -= (k - 1) - keep
+        rewind_cache(self.cache, self.length)
         pending = []
         if accepted == k:
             pending.append(int(proposal.tokens[k - 1].item()))
@@ -299,5 +233,18 @@ class FullModelDrafter(Drafter):
             "reduced_head": self.head.reduced,
             "head_size": self.head.size,
             "adaptive": self.adaptive,
-            "alpha": round(self.policy.alpha, 3),
         }
+
+
+def make(ctx: DrafterContext) -> FullModelDrafter:
+    from app.engine.registry import spec
+
+    assert ctx.draft is not None
+    req = ctx.request
+    return FullModelDrafter(ctx.draft, target_vocab=ctx.target.vocab_size,
+                            adaptive=req.adaptive,
+                            max_width=req.draft_width or spec("full-model").default_width)
+
+
+def unavailable(ctx: DrafterContext) -> str | None:
+    return None if ctx.draft is not None else "no draft model is loaded"

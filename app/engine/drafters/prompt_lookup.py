@@ -11,12 +11,16 @@ repeats look fast and lie about first use.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
+from app.engine.taps import Hidden
+
+if TYPE_CHECKING:
+    from app.engine.registry import DrafterContext
 
 
 class NgramIndex:
@@ -57,7 +61,7 @@ class NgramIndex:
 class PromptLookupDrafter(Drafter):
     kind = "prompt-lookup"
     stochastic = False
-    default_width = 7
+    adaptive_width = False  # sizes its proposals from the lookups themselves
 
     def __init__(
         self,
@@ -111,7 +115,7 @@ class PromptLookupDrafter(Drafter):
         proposal: Proposal | None,
         accepted: int,
         new_tokens: list[int],
-        hidden: Any = None,
+        hidden: Hidden | None = None,
     ) -> None:
         self.index.extend(new_tokens)
         if not self.adaptive:
@@ -137,3 +141,13 @@ class PromptLookupDrafter(Drafter):
 
     def stats(self) -> dict[str, Any]:
         return {"pauses": self.n_pauses, "resumes": self.n_resumes}
+
+
+def make(ctx: DrafterContext) -> PromptLookupDrafter:
+    req = ctx.request
+    return PromptLookupDrafter(ngram_min=req.ngram_min, ngram_max=req.ngram_max,
+                               adaptive=req.adaptive)
+
+
+def unavailable(ctx: DrafterContext) -> str | None:
+    return None

@@ -27,13 +27,12 @@ from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.drafters.mtp_head import POSTNORM, BoundHead, MTPHead
 from app.engine.events import SamplingParams
+from app.engine.rollback import rewind_cache
+from app.engine.taps import Hidden, TapRequest
 
 
-def _tap_request(head: MTPHead):
-    try:
-        from app.engine.taps import TapRequest
-    except ImportError:  # an engine without hidden-state taps
-        return None
+def _tap_request(head: MTPHead) -> TapRequest:
+    """The one target state the head reads (as it was trained)."""
     if head.hidden_state == POSTNORM:
         return TapRequest(final_postnorm=True)
     return TapRequest(final_prenorm=True)
@@ -41,8 +40,6 @@ def _tap_request(head: MTPHead):
 
 class MTPDrafter(Drafter):
     kind = "mtp"
-    default_width = 3
-    step_cost: float = 0.0
 
     def __init__(self, head: MTPHead, target_model, *, target_vocab: int,
                  reuse_draft_kv: bool = False):
@@ -71,7 +68,7 @@ class MTPDrafter(Drafter):
         self.spec_tokens: list[int] = []
         self.known = list(prompt)
 
-    def _rows_of(self, hidden: Any) -> mx.array | None:
+    def _rows_of(self, hidden: Hidden | None) -> mx.array | None:
         if hidden is None:
             return None
         rows = hidden.final_postnorm if self.head.hidden_state == POSTNORM else hidden.final_prenorm
@@ -88,10 +85,8 @@ class MTPDrafter(Drafter):
 
     def _drop_spec(self, keep: int = 0) -> None:
         """Remove the chained entries, or keep the first ``keep`` (they become pairs)."""
-        drop = self.spec - keep
-        if drop > 0:
-            for c in self.cache:
-                c.trim(drop)
+        if self.spec - keep > 0:
+            rewind_cache(self.cache, self.n_pairs + keep)
         if keep:
             self.n_pairs += keep
             self.rows = self.rows[keep:] if self.rows is not None else None
@@ -117,7 +112,7 @@ class MTPDrafter(Drafter):
         self._reset(prompt)
         return []
 
-    def prefill(self, tokens: list[int], hidden: Any) -> None:
+    def prefill(self, tokens: list[int], hidden: Hidden | None) -> None:
         self._add_rows(self._rows_of(hidden))
         self._pair(self.known)
         if self.seed is not None:
@@ -151,7 +146,7 @@ class MTPDrafter(Drafter):
                         draft_ms=(time.perf_counter() - started) * 1e3)
 
     def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,
-                new_tokens: list[int], hidden: Any = None) -> None:
+                new_tokens: list[int], hidden: Hidden | None = None) -> None:
         if proposal is not None:
             self.n_rounds += 1
             self.n_proposed += proposal.k

@@ -322,7 +322,10 @@ def _inspect(path: Path, read_tokenizer_files: bool) -> CheckpointInfo:
         return info
     info.config = config
     cfg = text_config(config)
-    info.model_type = cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None
+    # mlx-lm picks the architecture by the outer model_type (Qwen3.5's text_config says
+    # "qwen3_5_text", which is not a module of its own)
+    mt = config.get("model_type") or cfg.get("model_type")
+    info.model_type = mt if isinstance(mt, str) else None
     archs = config.get("architectures") or cfg.get("architectures") or []
     info.architectures = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
     info.remote_code = bool(config.get("auto_map") or config.get("model_file"))

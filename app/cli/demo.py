@@ -5,6 +5,7 @@ train    distil the demo draft from the target (long CPU job; resumable; see app
 status   what is prepared / how far a training run got
 eval     held-out acceptance of a draft (teacher-forced; with --engine, the real engine)
 export   write the best checkpoint of a run as the shipped draft (resources/demo-draft)
+mtp-train, mtp-eval, mtp-export   the demo target's MTP head (see app/cli/demo_mtp.py)
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def register(subparsers) -> None:
     ex.add_argument("--layer-bits", type=int, choices=[0, 4, 6, 8], default=6,
                     help="storage of a target-initialised draft's layers (0: fp16)")
     ex.set_defaults(func=_export)
+
+    from app.cli import demo_mtp
+
+    demo_mtp.register(sub, _workdir_arg)
 
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

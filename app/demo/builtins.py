@@ -47,7 +47,23 @@ def _present_draft() -> Path | None:
     return Path(target.demo_draft_path()) if target.demo_draft_available() else None
 
 
+def _present_mtp() -> Path | None:
+    from app.demo.mtp_paths import shipped_head_available, shipped_head_path
+
+    return shipped_head_path() if shipped_head_available() else None
+
+
+def _prepare_mtp(progress: Progress) -> Path:
+    path = _present_mtp()
+    if path is None:
+        raise ModelLoadError("The MTP head trained for the demo is not included in this "
+                             "DraftPair build (draftpair demo mtp-train builds one).")
+    return path
+
+
 def register_demo_models() -> None:
     register(Builtin("demo", _prepare_target, _present_target, listed=False,
                      default_draft="demo-draft"))
     register(Builtin("demo-draft", _prepare_draft, _present_draft))
+    # the demo target's MTP head: a drafter folder, never offered as a chat model
+    register(Builtin("demo-mtp", _prepare_mtp, _present_mtp, listed=False))

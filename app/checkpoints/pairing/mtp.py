@@ -6,9 +6,51 @@ from app.checkpoints.inspect import MTP_FAMILIES, CheckpointInfo
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 
 
+def _builtin_head(t: CheckpointInfo):
+    """(is a built-in target that has its own MTP head, that head's folder if present)."""
+    from pathlib import Path
+
+    from app.checkpoints import builtins
+
+    for b in builtins.registered():
+        head = builtins.get(f"{b.name}-mtp")
+        path = b.present() if head is not None else None
+        if path is not None and Path(path).resolve() == Path(t.path).resolve():
+            return True, head.present()
+    return False, None
+
+
+def _fc_shape_problem(t: CheckpointInfo) -> str | None:
+    """The head's input projection must map 2H -> H for this target's width H."""
+    hidden = t.cfg().get("hidden_size")
+    if not t.weights or not isinstance(hidden, int):
+        return None
+    for name in t.mtp_tensors:
+        if not name.endswith(("mtp.fc.weight", "eh_proj.weight")):
+            continue
+        info = t.weights.tensors.get(name)
+        shape = tuple(info.shape) if info is not None and info.shape else ()
+        packed = name.removesuffix("weight") + "scales" in t.weights.tensors
+        if len(shape) != 2 or shape == (hidden, 2 * hidden) or (packed and shape[0] == hidden):
+            continue
+        return f"{name} is {shape}, expected ({hidden}, {2 * hidden})"
+    return None
+
+
 def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
     cfg = t.cfg()
     declared = cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers")
+    builtin, head = _builtin_head(t) if not t.mtp_tensors else (False, None)
+    if builtin:
+        if head is not None:
+            out.add("mtp.builtin_head", NOTE,
+                    "The MTP head trained for the demo is used (the demo model has none of "
+                    "its own).", str(head))
+        else:
+            out.add("mtp.builtin_missing", BLOCKER,
+                    "The MTP head trained for the demo is not included in this build.",
+                    "draftpair demo mtp-train builds one")
+        return
     if not t.mtp_tensors:
         detail = "no mtp.* / eh_proj tensors in the safetensors headers"
         if declared:
@@ -26,6 +68,11 @@ def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
         "The model ships a multi-token-prediction head.",
         f"{len(t.mtp_tensors)} MTP tensors, e.g. {t.mtp_tensors[0]}",
     )
+    shape = _fc_shape_problem(t)
+    if shape:
+        out.add("mtp.wrong_shapes", BLOCKER,
+                "The model's multi-token-prediction head does not fit the model (its shapes "
+                "are wrong), so MTP drafting is impossible.", shape)
     if t.model_type not in MTP_FAMILIES:
         out.add(
             "mtp.family_unknown",

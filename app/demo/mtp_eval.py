@@ -1,0 +1,137 @@
+"""Held-out evaluation of the demo MTP head (``draftpair demo mtp-eval``).
+
+1. Teacher-forced: on held-out teacher replies (prompts the training never saw), how often
+   the head's first proposal equals the target's own greedy token, once with the post-norm
+   state and once with the pre-norm state as input. The setting the head was trained with
+   must win by far; that is how the per-family setting is shown to be the one used.
+2. With ``--engine``: DraftPair's engine on held-out prompts, plain vs ``mtp`` vs
+   ``full-model`` (the shipped demo draft), greedy, the order of the three rotated per prompt;
+   median speedup over plain and whether every output is identical to plain.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from app.engine.drafters.mtp_head import POSTNORM, PRENORM
+
+
+def teacher_forced(workdir: Path, teacher_dir: Path, head: Path | None, log=print) -> dict:
+    from mlx_lm import load
+
+    from app.demo.mtp_train import MTPTrainer
+    from app.demo.target import ensure_demo_target
+
+    target, tok = load(str(ensure_demo_target(log)))
+    tr = MTPTrainer(workdir, teacher_dir, target, tok, lambda m: None)
+    weights = (head / "model.safetensors") if head else (tr.best / "weights.safetensors")
+    if head is not None:
+        tr.set_head(json.loads((head / "draft_head.json").read_text())["token_ids"])
+    tr.module.load_weights(str(weights))
+    held, _ = _teacher_items(teacher_dir)
+    tr.soft = dict(held)
+    tr.store.extract(target, held, log=log, max_len=tr.cfg.max_len)
+    tr.heldout = tr._examples(tr.store.load("heldout"))
+    out = {"trained_with": tr.cfg.hidden_state}
+    for setting in (POSTNORM, PRENORM):
+        ev = tr.evaluate(setting=setting)
+        out[setting] = ev
+        log(f"teacher-forced, head reads {setting}: first-proposal agreement "
+            f"{ev['agreement']:.3f} on {ev['positions']} held-out positions")
+    return out
+
+
+def _teacher_items(teacher_dir: Path):
+    from app.demo.features import teacher_items
+
+    return teacher_items(teacher_dir)
+
+
+def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Path | None = None,
+                   log=print) -> dict:
+    from app.demo import teacher
+    from app.demo.prompts import make_prompt
+    from app.demo.target import demo_draft_path
+    from app.engine.events import DoneEvent, GenerationRequest
+    from app.engine.session import Session
+
+    records = teacher.load_heldout(teacher_dir)[:prompts]
+    s = Session()
+    s.load_target("demo")
+    if head is not None:  # this head folder instead of the shipped one
+        from app.engine.drafters import mtp
+
+        s.assets["mtp"] = mtp.load(head, s.target)
+    s.load_draft(str(demo_draft_path()))
+    kinds = ("none", "mtp", "full-model")
+
+    def run(msgs, kind):
+        req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind)
+        done = None
+        for event in s.generate(req):
+            if isinstance(event, DoneEvent):
+                done = event
+        return done
+
+    warm = make_prompt(int(records[0]["index"]))["messages"]
+    for kind in kinds:
+        run(warm, kind)
+    ratios: dict[str, list[float]] = {"mtp": [], "full-model": []}
+    same = {"mtp": 0, "full-model": 0}
+    stats = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0} for k in ratios}
+    fallbacks = []
+    for i, r in enumerate(records):
+        msgs = make_prompt(int(r["index"]))["messages"]
+        order = kinds[i % 3:] + kinds[: i % 3]
+        res = {kind: run(msgs, kind) for kind in order}
+        plain = res["none"]
+        parts = []
+        for kind in ratios:
+            t = res[kind].timings
+            ratio = t.predicted_per_second / max(plain.timings.predicted_per_second, 1e-9)
+            ratios[kind].append(ratio)
+            ident = tuple(res[kind].token_ids) == tuple(plain.token_ids)
+            same[kind] += int(ident)
+            st = stats[kind]
+            st["acc"] += t.draft_n_accepted
+            st["rounds"] += t.draft_rounds
+            st["n"] += t.predicted_n
+            st["verifies"] += t.verify_passes
+            if t.fallback:
+                fallbacks.append(f"{kind}: {t.fallback}")
+            parts.append(f"{kind} {t.predicted_per_second:5.1f} tok/s x{ratio:.2f} "
+                         f"acc/round {t.accept_len_mean:.2f}{'' if ident else ' DIFFERENT'}")
+        log(f"  [{i + 1}/{len(records)}] {r.get('kind', '?'):10s} n={plain.timings.predicted_n:3d}"
+            f" plain {plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
+    out = {"prompts": len(records), "max_tokens": max_tokens, "fallbacks": fallbacks}
+    for kind in ratios:
+        st = stats[kind]
+        out[kind] = {
+            "speedup_median": statistics.median(ratios[kind]),
+            "speedup_min": min(ratios[kind]), "speedup_max": max(ratios[kind]),
+            "at_or_above_plain": sum(x >= 1.0 for x in ratios[kind]),
+            "accept_len_mean": st["acc"] / max(st["rounds"], 1),
+            "tokens_per_verify": st["n"] / max(st["verifies"], 1),
+            "identical": same[kind],
+        }
+        o = out[kind]
+        log(f"{kind}: median x{o['speedup_median']:.3f} (range {o['speedup_min']:.2f}-"
+            f"{o['speedup_max']:.2f}, >= plain on {o['at_or_above_plain']}/{len(records)}), "
+            f"accepted/round {o['accept_len_mean']:.2f}, tokens/verify "
+            f"{o['tokens_per_verify']:.2f}, identical {o['identical']}/{len(records)}")
+    return out
+
+
+def main(workdir: Path, teacher_dir: Path, args) -> dict:
+    out = {"teacher_forced": teacher_forced(workdir, teacher_dir, args.head)}
+    if args.engine:
+        out["engine"] = engine_compare(teacher_dir, prompts=args.prompts,
+                                       max_tokens=args.max_tokens, head=args.head)
+    if args.json:
+        print(json.dumps(out, indent=1))
+    path = workdir / "mtp" / "eval.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return out

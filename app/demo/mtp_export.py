@@ -1,0 +1,139 @@
+"""Writing the demo MTP head as shipped (``resources/demo-mtp``), with its model card.
+
+The folder uses the split-drafter layout the engine reads (``mtp_weights.find_split``):
+``config.json`` (``model_type: draftpair_mtp``, the target state it reads, the layer's
+shape), ``model.safetensors`` (the trained module in float16: ``fc``, the two input norms,
+``layers.0.*``, ``norm``), ``draft_head.json`` (the target ids of the reduced output layer,
+whose rows are the target's own), ``curve.json`` and ``MODEL_CARD.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
+    from app.demo.target import demo_target_dir
+    from app.errors import DraftPairError
+
+    run_dir = workdir / "mtp"
+    src = run_dir / ("best" if which == "best" else "ckpt")
+    weights_file = src / "weights.safetensors"
+    if not weights_file.exists():
+        raise DraftPairError(f"No {which} MTP checkpoint in {run_dir} (run demo mtp-train).")
+    run = json.loads((run_dir / "run.json").read_text())
+    meta = json.loads((src / "meta.json").read_text())
+    target_cfg = json.loads((demo_target_dir() / "config.json").read_text())
+    weights = {k: v.astype(mx.float16) for k, v in mx.load(str(weights_file)).items()}
+    out.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    shutil.copy(run_dir / "draft_head.json", out / "draft_head.json")
+    keep = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "vocab_size",
+            "num_hidden_layers", "max_position_embeddings", "tie_word_embeddings")
+    config = {
+        "model_type": "draftpair_mtp",
+        "hidden_state": run["config"]["hidden_state"],
+        "mtp_num_hidden_layers": 1,
+        "text_config": {k: target_cfg[k] for k in keep if k in target_cfg},
+        "target": "SmolLM2-135M-Instruct (DraftPair demo target)",
+        "step": meta.get("step"),
+        "eval": meta.get("eval"),
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    curve = _read_jsonl(run_dir / "curve.jsonl")
+    (out / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
+    evals = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").exists() \
+        else {}
+    head_size = len(json.loads((out / "draft_head.json").read_text())["token_ids"])
+    (out / "MODEL_CARD.md").write_text(model_card(run, meta, curve, weights, evals, head_size))
+    return out
+
+
+def _curve_table(curve: list[dict]) -> str:
+    if not curve:
+        return "(no evaluations recorded)\n"
+    rows = ["| step | train min | positions seen | train records | held-out agreement | loss |",
+            "|---:|---:|---:|---:|---:|---:|"]
+    for r in curve:
+        rows.append(f"| {r['step']} | {r['minutes']:.1f} | {r['tokens_seen']} | "
+                    f"{r['train_records']} | {r['agreement']:.3f} | {r['loss']:.3f} |")
+    return "\n".join(rows) + "\n"
+
+
+def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: dict,
+               head_size: int) -> str:
+    n_params = sum(int(v.size) for v in weights.values())
+    size_mb = sum(v.nbytes for v in weights.values()) / 1e6
+    ev = meta.get("eval") or {}
+    cfg = run["config"]
+    tf = evals.get("teacher_forced") or {}
+    setting_lines = ""
+    if tf:
+        setting_lines = (
+            "\nWhich target state the head reads (held-out teacher-forced agreement of the "
+            "first proposal, same weights, only the input state changed):\n\n"
+            "| head input | agreement |\n|---|---:|\n"
+            f"| post-final-norm state (trained with: {tf.get('trained_with')}) | "
+            f"{tf['postnorm']['agreement']:.3f} |\n"
+            f"| pre-final-norm state | {tf['prenorm']['agreement']:.3f} |\n")
+    eng = evals.get("engine") or {}
+    eng_lines = ""
+    if eng:
+        m, f = eng["mtp"], eng["full-model"]
+        eng_lines = (
+            f"\nEngine, greedy, {eng['prompts']} held-out prompts, up to {eng['max_tokens']} "
+            "tokens, plain / mtp / full-model rotated per prompt (`draftpair demo mtp-eval "
+            "--engine`):\n\n| kind | speedup over plain (median) | range | accepted / round |"
+            " tokens / verify | identical |\n|---|---:|---:|---:|---:|---:|\n"
+            f"| mtp | {m['speedup_median']:.2f}x | {m['speedup_min']:.2f}-{m['speedup_max']:.2f}"
+            f" | {m['accept_len_mean']:.2f} | {m['tokens_per_verify']:.2f} | "
+            f"{m['identical']}/{eng['prompts']} |\n"
+            f"| full-model (demo draft) | {f['speedup_median']:.2f}x | {f['speedup_min']:.2f}-"
+            f"{f['speedup_max']:.2f} | {f['accept_len_mean']:.2f} | {f['tokens_per_verify']:.2f}"
+            f" | {f['identical']}/{eng['prompts']} |\n")
+    return f"""# MTP head trained for the DraftPair demo target
+
+A multi-token-prediction head for SmolLM2-135M-Instruct (which ships none), built by
+`draftpair demo mtp-train` on this project's CPU. Same module as the Qwen3.5 / Qwen3-Next
+`mtp` layer: `fc` (2H -> H) over the normed embedding of the next token and the normed target
+state, one decoder layer of the target's kind (llama), a final norm, and the target's own
+output layer restricted to the {head_size} most frequent target tokens
+(`draft_head.json`; the rows are read from the target, not stored here). The embedding is the
+target's too. Verification is exact: outputs are the target's own, token for token.
+
+- Trainable parameters: {n_params / 1e6:.2f}M ({size_mb:.1f} MB in float16). Start: the
+  decoder layer and final norm copied from the target's last layer and final norm.
+- Reads the target's **{cfg['hidden_state']}** state (`hidden_state` in `config.json`;
+  the engine feeds the head the state named there).
+- Data: greedy replies of the target to the training prompt generator (`draftpair demo
+  train --phase generate`), the target's own states over prompt + reply from one
+  teacher-forced pass, cached once; loss on reply positions: cross-entropy to the target's
+  next-next token plus its top-8 probabilities as soft labels.
+- Trained {meta.get('train_seconds', 0) / 60:.0f} minutes of step time ({meta.get('step')}
+  steps, {meta.get('tokens_seen')} positions seen), AdamW, peak lr {cfg['lr']}, cosine decay.
+- Best held-out first-proposal agreement with the target (teacher-forced, prompts never
+  trained on): **{ev.get('agreement', float('nan')):.3f}** over {ev.get('positions')} positions.
+{setting_lines}{eng_lines}
+## Curve
+
+{_curve_table(curve)}
+## Rebuild or train further
+
+```sh
+draftpair demo train --phase generate --workdir TEACHER   # teacher replies (resumable)
+draftpair demo mtp-train --teacher TEACHER --workdir RUN --train-minutes 60
+draftpair demo mtp-eval --teacher TEACHER --workdir RUN --engine
+draftpair demo mtp-export --workdir RUN                    # writes resources/demo-mtp
+```
+"""

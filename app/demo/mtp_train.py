@@ -1,0 +1,457 @@
+"""Training the demo target's MTP head (``draftpair demo mtp-train``).
+
+The head is the Qwen3.5-style module of ``app/engine/drafters/mtp_head.py`` with the demo
+target's layer kind (llama): its decoder layer starts as a copy of the target's last layer,
+its final norm as the target's; the embedding and the output layer are the target's own,
+frozen (the output layer reduced to the 8k most frequent target tokens, ``draft_head.json``).
+It learns from the target's own states over the teacher replies (``features.py``): at
+position ``i`` it reads ``t_{i+1}`` and the target's post-norm state ``h_i`` and is trained
+to predict ``t_{i+2}`` — the target's own greedy token there — with the target's top-k
+probabilities as soft labels. Loss on reply positions only.
+
+Resumable from ``WORKDIR`` (``mtp/ckpt``: weights, optimizer, step; ``mtp/best``: the best
+held-out checkpoint; ``mtp/curve.jsonl``; ``train.log``). Between chunks of training it
+extracts the states of teacher replies written since (the teacher job may still run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from app.demo import teacher
+from app.demo.features import FeatureStore, teacher_items
+from app.engine.drafters.mtp_head import (
+    POSTNORM,
+    PRENORM,
+    MTPModule,
+    inner_model,
+    new_layer_like,
+)
+
+SOFT_K = 8
+HEAD_SIZE = 8192
+
+
+@dataclass
+class MTPTrainConfig:
+    lr: float = 1e-3
+    min_lr_frac: float = 0.05
+    warmup_steps: int = 40
+    weight_decay: float = 0.01
+    batch_tokens: int = 4096
+    max_len: int = 512
+    train_minutes: float = 60.0
+    checkpoint_minutes: float = 4.0
+    eval_minutes: float = 4.0
+    soft_weight: float = 1.0
+    hidden_state: str = POSTNORM
+    head_size: int = HEAD_SIZE
+    seed: int = 0
+
+
+def log_to(workdir: Path):
+    path = workdir / "train.log"
+
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{os.getpid()}] {msg}"
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        print(line, flush=True)
+
+    return log
+
+
+def _atomic_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def choose_head_ids(records: list[dict], size: int, always: list[int], vocab: int) -> list[int]:
+    """Top-``size`` target ids by frequency in the replies (+ teacher top-k, then prompts)."""
+    from collections import Counter
+
+    c: Counter = Counter()
+    for r in records:
+        c.update(r["reply_ids"])
+        for row in r.get("topk_ids") or []:
+            c.update(row[:4])
+    p: Counter = Counter()
+    for r in records:
+        p.update(r["prompt_ids"])
+    ids = {int(t) for t in always}
+    for counter in (c, p):
+        for t, _ in counter.most_common():
+            if len(ids) >= size:
+                break
+            ids.add(int(t))
+    t = 0
+    while len(ids) < size and t < vocab:
+        ids.add(t)
+        t += 1
+    return sorted(ids)
+
+
+def init_demo_module(target) -> MTPModule:
+    """A head whose layer and final norm start as the target's last layer and norm."""
+    inner = inner_model(target)
+    args = target.args
+    hidden = args.hidden_size
+    module = MTPModule(new_layer_like(target), hidden, args.rms_norm_eps)
+    module.layers[0].update(inner.layers[-1].parameters())
+    module.norm.weight = mx.array(inner.norm.weight)
+    # fc starts as "pass the (normed) state through, plus a little of the token"
+    eye = mx.eye(hidden)
+    noise = mx.random.normal((hidden, 2 * hidden), key=mx.random.key(0)) * 0.01
+    module.fc.weight = mx.concatenate([0.3 * eye, eye], axis=1) + noise
+    mx.eval(module.parameters())
+    return module
+
+
+class MTPTrainer:
+    def __init__(self, workdir: Path, teacher_dir: Path, target, tokenizer, log, *,
+                 cfg: MTPTrainConfig | None = None, extend_to: float | None = None):
+        self.workdir = workdir
+        self.teacher_dir = teacher_dir
+        self.target = target
+        self.tok = tokenizer
+        self.log = log
+        self.dir = workdir / "mtp"
+        self.ckpt, self.best = self.dir / "ckpt", self.dir / "best"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.store = FeatureStore(workdir)
+        run_path = self.dir / "run.json"
+        run = json.loads(run_path.read_text()) if run_path.exists() else {}
+        self.cfg = MTPTrainConfig(**run["config"]) if run else (cfg or MTPTrainConfig())
+        if run and cfg is not None and extend_to is not None:
+            self.cfg.train_minutes = extend_to  # train further: a longer schedule
+        self.vocab = int(target.args.vocab_size)
+        head_file = self.dir / "draft_head.json"
+        if not head_file.exists():
+            recs = teacher.load_records(teacher_dir)
+            always = sorted({int(t) for t in tokenizer.eos_token_ids}
+                            | {int(t) for t in tokenizer.all_special_ids})
+            ids = choose_head_ids(recs, self.cfg.head_size, always, self.vocab)
+            _atomic_json(head_file, {"format": 1, "token_ids": ids})
+        self.set_head(json.loads(head_file.read_text())["token_ids"])
+        self.module = init_demo_module(target)
+        import mlx.optimizers as optim
+
+        self.opt = optim.AdamW(learning_rate=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.step = 0
+        self.train_seconds = 0.0
+        self.tokens_seen = 0
+        self.best_score = -1.0
+        if run:
+            self._resume(run)
+        else:
+            _atomic_json(run_path, {"config": asdict(self.cfg), "created": _now()})
+        self.heldout: list[dict] = []
+        self.train: list[dict] = []
+        self.soft: dict[str, dict] = {}
+
+    def set_head(self, ids: list[int]) -> None:
+        """The reduced output layer: these rows of the target's (tied) embedding, frozen."""
+        self.head_ids = list(ids)
+        self.lut = np.full(self.vocab, -1, dtype=np.int64)
+        self.lut[np.array(self.head_ids)] = np.arange(len(self.head_ids))
+        emb = inner_model(self.target).embed_tokens
+        self.head_w = mx.array(emb.weight[mx.array(self.head_ids)])
+        mx.eval(self.head_w)
+
+    # -- data -------------------------------------------------------------------------
+    def refresh_data(self, seconds: float | None = None) -> None:
+        """Extract the states of new teacher replies (bounded time), then reload."""
+        held, train = teacher_items(self.teacher_dir)
+        self.store.extract(self.target, held, log=self.log, max_len=self.cfg.max_len)
+        added = self.store.extract(self.target, train, log=self.log, seconds=seconds,
+                                   max_len=self.cfg.max_len)
+        self.soft = {k: r for k, r in held + train}
+        if added or not self.train:
+            self.heldout = self._examples(self.store.load("heldout"))
+            self.train = self._examples(self.store.load("train"))
+            n_tok = sum(int(e["mask"].sum()) for e in self.train)
+            self.log(f"data: {len(self.train)} records, {n_tok} trained positions; "
+                     f"held-out {len(self.heldout)}")
+
+    def _state(self, prenorm: mx.array, setting: str) -> mx.array:
+        h = prenorm.astype(mx.float32)
+        if setting == POSTNORM:
+            h = inner_model(self.target).norm(h)
+        return h
+
+    def _examples(self, feats: list[dict]) -> list[dict]:
+        out = []
+        for f in feats:
+            toks = f["tokens"]
+            n, p = len(toks), int(f["prompt_len"])
+            if n < 3:
+                continue
+            x = np.array(toks[1 : n - 1], dtype=np.int32)  # t_{i+1}, i = 0..n-3
+            y_tok = np.array(toks[2:n], dtype=np.int32)  # t_{i+2}
+            y = self.lut[y_tok]
+            m = np.zeros(n - 2, dtype=np.float32)
+            m[max(p - 2, 0):] = 1.0
+            m[y < 0] = 0.0
+            sid = np.zeros((n - 2, SOFT_K), dtype=np.int32)
+            sp = np.zeros((n - 2, SOFT_K), dtype=np.float32)
+            rec = self.soft.get(f["key"], {})
+            tk = rec.get("topk_ids")
+            if tk and self.cfg.soft_weight > 0:
+                # reply token j sits at position p + j; its label row is i = p + j - 2
+                start = p - 2
+                cnt = min(len(tk), n - 2 - start)
+                if start >= 0 and cnt > 0:
+                    t_ids = np.array(tk[:cnt], dtype=np.int64)[:, :SOFT_K]
+                    t_lp = np.array(rec["topk_lp"][:cnt], dtype=np.float32)[:, :SOFT_K]
+                    hh = self.lut[t_ids]
+                    pr = np.exp(t_lp) * (hh >= 0)
+                    tot = pr.sum(axis=1, keepdims=True)
+                    pr = np.where(tot > 0, pr / np.maximum(tot, 1e-9), 0.0)
+                    sid[start : start + cnt, : t_ids.shape[1]] = np.maximum(hh, 0)
+                    sp[start : start + cnt, : t_ids.shape[1]] = pr
+            out.append({"key": f["key"], "start": max(p - 2, 0), "x": x,
+                        "y": np.maximum(y, 0), "y_tok": y_tok, "mask": m, "sid": sid, "sp": sp, "hidden": f["hidden"][: n - 2]})
+        return out
+
+    def _batches(self, examples: list[dict], rng: random.Random):
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        batches, cur = [], []
+        for s in range(0, len(order), 256):
+            part = sorted(order[s : s + 256], key=lambda i: len(examples[i]["x"]))
+            cur = []
+            for i in part:
+                L = _pad(max([len(examples[j]["x"]) for j in cur] + [len(examples[i]["x"])]))
+                if cur and L * (len(cur) + 1) > self.cfg.batch_tokens:
+                    batches.append(cur)
+                    cur = []
+                cur.append(i)
+            if cur:
+                batches.append(cur)
+        rng.shuffle(batches)
+        for b in batches:
+            yield self._collate([examples[i] for i in b])
+
+    def _collate(self, exs: list[dict], setting: str | None = None):
+        L = _pad(max(len(e["x"]) for e in exs))
+        B = len(exs)
+        X = np.zeros((B, L), np.int32)
+        Y = np.zeros((B, L), np.int32)
+        M = np.zeros((B, L), np.float32)
+        SI = np.zeros((B, L, SOFT_K), np.int32)
+        SP = np.zeros((B, L, SOFT_K), np.float32)
+        hs = []
+        for r, e in enumerate(exs):
+            n = len(e["x"])
+            X[r, :n], Y[r, :n], M[r, :n] = e["x"], e["y"], e["mask"]
+            SI[r, :n], SP[r, :n] = e["sid"], e["sp"]
+            h = self._state(e["hidden"], setting or self.cfg.hidden_state)
+            hs.append(mx.pad(h, [(0, L - n), (0, 0)]))
+        H = mx.stack(hs)
+        return (mx.array(X), H, mx.array(Y), mx.array(M), mx.array(SI), mx.array(SP))
+
+    # -- model ------------------------------------------------------------------------
+    def logits(self, module: MTPModule, x: mx.array, h: mx.array) -> mx.array:
+        emb = inner_model(self.target).embed_tokens(x)
+        _, post = module(emb, h)
+        return post @ self.head_w.T
+
+    def _make_step(self):
+        import mlx.optimizers as optim
+
+        lam = self.cfg.soft_weight
+
+        def loss_fn(module, x, h, y, m, si, sp):
+            logits = self.logits(module, x, h).astype(mx.float32)
+            lse = mx.logsumexp(logits, axis=-1)
+            hard = lse - mx.take_along_axis(logits, y[..., None], axis=-1)[..., 0]
+            soft = (sp * (lse[..., None] - mx.take_along_axis(logits, si, axis=-1))).sum(-1)
+            return ((hard + lam * soft) * m).sum() / mx.maximum(m.sum(), 1.0)
+
+        grad_fn = nn.value_and_grad(self.module, loss_fn)
+
+        def step(x, h, y, m, si, sp):
+            # not mx.compile'd: with padded shapes changing every batch it re-traces
+            loss, grads = grad_fn(self.module, x, h, y, m, si, sp)
+            grads, _ = optim.clip_grad_norm(grads, 1.0)
+            self.opt.update(self.module, grads)
+            return loss
+
+        return step
+
+    def lr_at(self) -> float:
+        c = self.cfg
+        if self.step < c.warmup_steps:
+            return c.lr * (self.step + 1) / c.warmup_steps
+        frac = min(1.0, self.train_seconds / max(c.train_minutes * 60, 1.0))
+        return c.lr * (c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    # -- evaluation -------------------------------------------------------------------
+    def evaluate(self, module: MTPModule | None = None, setting: str | None = None) -> dict:
+        """Held-out teacher-forced agreement of the head's first proposal with the target."""
+        module = module or self.module
+        ok = tot = 0
+        loss_sum = 0.0
+        for s in range(0, len(self.heldout), 8):
+            exs = self.heldout[s : s + 8]
+            X, H, Y, M, _, _ = self._collate(exs, setting)
+            logits = self.logits(module, X, H).astype(mx.float32)
+            pred = mx.argmax(logits, axis=-1)
+            lse = mx.logsumexp(logits, axis=-1)
+            nll = lse - mx.take_along_axis(logits, Y[..., None], axis=-1)[..., 0]
+            # agreement counts every reply position (labels outside the head are misses)
+            full = np.zeros(M.shape, np.float32)
+            ytok = np.zeros(M.shape, np.int64)
+            for r, e in enumerate(exs):
+                n = len(e["x"])
+                full[r, e["start"]:n] = 1.0
+                ytok[r, :n] = e["y_tok"]
+            pred_tok = np.array(self.head_ids)[np.array(pred)]
+            ok += int(((pred_tok == ytok) * full).sum())
+            tot += int(full.sum())
+            loss_sum += float((nll * M).sum())
+        return {"agreement": ok / max(tot, 1), "positions": tot,
+                "loss": loss_sum / max(tot, 1), "setting": setting or self.cfg.hidden_state}
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _save_weights(self, folder: Path) -> None:
+        from mlx.utils import tree_flatten
+
+        folder.mkdir(parents=True, exist_ok=True)
+        w = dict(tree_flatten(self.module.parameters()))
+        mx.save_safetensors(str(folder / "weights.tmp.safetensors"), w)
+        os.replace(folder / "weights.tmp.safetensors", folder / "weights.safetensors")
+
+    def save_checkpoint(self) -> None:
+        from mlx.utils import tree_flatten
+
+        self._save_weights(self.ckpt)
+        st = dict(tree_flatten(self.opt.state))
+        mx.save_safetensors(str(self.ckpt / "optimizer.tmp.safetensors"), st)
+        os.replace(self.ckpt / "optimizer.tmp.safetensors", self.ckpt / "optimizer.safetensors")
+        _atomic_json(self.ckpt / "meta.json", {
+            "step": self.step, "train_seconds": self.train_seconds,
+            "tokens_seen": self.tokens_seen, "best_score": self.best_score, "time": _now()})
+
+    def _resume(self, run: dict) -> None:
+        from mlx.utils import tree_unflatten
+
+        meta_path = self.ckpt / "meta.json"
+        if not meta_path.exists():
+            return
+        meta = json.loads(meta_path.read_text())
+        self.module.load_weights(str(self.ckpt / "weights.safetensors"))
+        opt_state = mx.load(str(self.ckpt / "optimizer.safetensors"))
+        self.opt.state = tree_unflatten(list(opt_state.items()))
+        self.step, self.train_seconds = int(meta["step"]), float(meta["train_seconds"])
+        self.tokens_seen, self.best_score = int(meta["tokens_seen"]), float(meta["best_score"])
+        self.log(f"resume: step {self.step}, {self.train_seconds / 60:.1f} min trained")
+
+    def _eval_and_log(self) -> None:
+        ev = self.evaluate()
+        best = ev["agreement"] > self.best_score
+        if best:
+            self.best_score = ev["agreement"]
+            self._save_weights(self.best)
+            _atomic_json(self.best / "meta.json", {
+                "step": self.step, "train_seconds": self.train_seconds,
+                "tokens_seen": self.tokens_seen, "eval": ev,
+                "train_records": len(self.train), "time": _now()})
+        row = {"step": self.step, "minutes": round(self.train_seconds / 60, 2),
+               "tokens_seen": self.tokens_seen, "train_records": len(self.train),
+               "agreement": round(ev["agreement"], 4), "loss": round(ev["loss"], 4),
+               "time": _now()}
+        with open(self.dir / "curve.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        self.log(f"eval: step {self.step} train {self.train_seconds / 60:.1f} min seen "
+                 f"{self.tokens_seen} tok | held-out first-proposal agreement "
+                 f"{ev['agreement']:.3f} (n={ev['positions']}) loss {ev['loss']:.3f}"
+                 + (" [best]" if best else ""))
+
+    # -- loop -------------------------------------------------------------------------
+    def train_for(self, seconds: float) -> None:
+        rng = random.Random(self.cfg.seed + self.step)
+        step_fn = self._make_step()
+        started = time.monotonic()
+        last_ckpt = last_eval = started
+        window_tok, window_t0, losses = 0, started, []
+        if self.step == 0 and self.best_score < 0:
+            self._eval_and_log()
+        while time.monotonic() - started < seconds and not self.finished():
+            for X, H, Y, M, SI, SP in self._batches(self.train, rng):
+                t0 = time.monotonic()
+                self.opt.learning_rate = mx.array(self.lr_at())
+                loss = step_fn(X, H, Y, M, SI, SP)
+                mx.eval(loss, self.module.parameters(), self.opt.state)
+                self.train_seconds += time.monotonic() - t0
+                self.step += 1
+                n = int(M.sum().item())
+                self.tokens_seen += n
+                window_tok += n
+                losses.append(float(loss.item()))
+                now = time.monotonic()
+                if self.step % 25 == 0:
+                    self.log(f"train: step {self.step} loss {sum(losses) / len(losses):.3f} "
+                             f"lr {self.lr_at():.2e} {window_tok / (now - window_t0):.0f} tok/s")
+                    window_tok, window_t0, losses = 0, now, []
+                if now - last_eval > self.cfg.eval_minutes * 60:
+                    self._eval_and_log()
+                    last_eval = time.monotonic()
+                if now - last_ckpt > self.cfg.checkpoint_minutes * 60:
+                    self.save_checkpoint()
+                    last_ckpt = time.monotonic()
+                if time.monotonic() - started > seconds or self.finished():
+                    break
+        self._eval_and_log()
+        self.save_checkpoint()
+
+    def finished(self) -> bool:
+        return self.train_seconds >= self.cfg.train_minutes * 60
+
+
+def _pad(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minutes: float | None,
+        chunk_minutes: float = 8.0, extract_minutes: float = 3.0, lr: float | None = None,
+        setting: str = POSTNORM) -> None:
+    """Alternate feature extraction (new teacher replies) and training until done/time."""
+    from mlx_lm import load
+
+    from app.demo.target import ensure_demo_target
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = log_to(workdir)
+    if setting not in (PRENORM, POSTNORM):
+        raise ValueError(setting)
+    target, tok = load(str(ensure_demo_target(log)))
+    cfg = MTPTrainConfig(train_minutes=train_minutes or 60.0, hidden_state=setting,
+                         **({"lr": lr} if lr else {}))
+    tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes)
+    log(f"run: mtp head, teacher {teacher_dir}, config {asdict(tr.cfg)}")
+    started = time.monotonic()
+    while not tr.finished():
+        left = None if minutes is None else minutes * 60 - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            break
+        tr.refresh_data(seconds=extract_minutes * 60)
+        chunk = chunk_minutes * 60 if left is None else min(chunk_minutes * 60, left)
+        tr.train_for(chunk)
+    log(f"run: stopped at step {tr.step}, {tr.train_seconds / 60:.1f} min trained, "
+        f"best held-out agreement {tr.best_score:.3f}")

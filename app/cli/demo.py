@@ -79,6 +79,9 @@ def register(subparsers) -> None:
                     help="storage of a target-initialised draft's layers (0: fp16)")
     ex.set_defaults(func=_export)
 
+    from app.cli import demo_dflash
+
+    demo_dflash.register(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -184,7 +184,7 @@ def test_loop_drafts_what_zlab_drafts(pairs, golden, recorded):
     assert done.timings.fallback is None and done.timings.draft_kind == "dflash"
     assert list(done.token_ids) == golden["loop_tokens"].tolist()
     ref = {int(st): (int(f), golden["loop_logits"][i, : golden["loop_widths"][i]].argmax(-1))
-           for i, (st, f) in enumerate(zip(golden["loop_starts"], golden["loop_firsts"]))}
+           for i, (st, f) in enumerate(zip(golden["loop_starts"], golden["loop_firsts"], strict=True))}
     common = [r for r in recorded if r[0] in ref]
     assert len(common) >= len(ref) - 2 > 10
     for start, first, tokens in common:

@@ -85,7 +85,7 @@ class FeatureStore:
         os.replace(tmp, self.root / name)
         row = 0
         with open(self.index_path, "a", encoding="utf-8") as out:
-            for rid, tokens, plen, f in items:
+            for rid, tokens, plen, _f in items:
                 out.write(json.dumps({"rid": rid, "file": name, "row": row, "n": len(tokens),
                                       "prompt_len": plen, "tokens": tokens},
                                      separators=(",", ":")) + "\n")

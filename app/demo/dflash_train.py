@@ -116,7 +116,7 @@ def init_from_target(model: DFlashModel, target, layers: tuple[int, ...]) -> Non
     """Drafter layers start as copies of target layers (projections, MLP, norms); the final
     norm as the target's final norm (it feeds the target's head)."""
     inner = target.model
-    for mine, src in zip(model.layers, layers):
+    for mine, src in zip(model.layers, layers, strict=False):
         t = inner.layers[src]
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             getattr(mine.self_attn, name).weight = getattr(t.self_attn, name).weight
@@ -167,7 +167,7 @@ class Batcher:
         lab = np.zeros((S, n, b - 1), dtype=np.int32)
         wt = np.zeros((S, n, b - 1), dtype=np.float32)
         mask = np.zeros((S, 1, q, t + q), dtype=bool)
-        for i, (s, picks) in enumerate(zip(seqs, chosen)):
+        for i, (s, picks) in enumerate(zip(seqs, chosen, strict=True)):
             T = len(s.tokens)
             feats[i, :T] = s.features
             for j, a in enumerate(picks):

@@ -281,8 +281,12 @@ class DFlashDrafter(Drafter):
         # only committed context is cached; rewind to it all the same (a no-op normally)
         keep = min(self.n_cached, len(committed))
         if self.cache and self.cache[0].offset > keep:
-            from app.engine.rollback import rewind_cache
-
+            try:
+                from app.engine.rollback import rewind_cache
+            except ImportError:  # an engine without the rollback module: KV caches trim
+                def rewind_cache(cache, length):
+                    for c in cache:
+                        c.trim(int(c.offset) - length)
             rewind_cache(self.cache, keep)
             self.n_cached = keep
 

@@ -253,7 +253,7 @@ class DFlashModel(nn.Module):
         c = self.config
         ctx = self.context(features) if features is not None and features.shape[1] else None
         h = block
-        for i, (layer, lc) in enumerate(zip(self.layers, cache)):
+        for i, (layer, lc) in enumerate(zip(self.layers, cache, strict=True)):
             a = layer.self_attn
             x = layer.input_layernorm(h)
             q, kb, vb, kc, vc = a.project(x, ctx if ctx is not None else x[:, :0])

@@ -1,7 +1,8 @@
-"""``draftpair demo train-dflash|export-dflash``: the demo target's DFlash block drafter.
+"""``draftpair demo train-dflash|eval-dflash|export-dflash``: the demo DFlash drafter.
 
 train-dflash   train it on the target's layer features over teacher replies (resumable;
                the teacher replies come from ``draftpair demo train --phase generate``)
+eval-dflash    plain vs DFlash on held-out chat prompts (the engine, greedy, alternating)
 export-dflash  write the best checkpoint as the shipped drafter (resources/demo-dflash)
 """
 
@@ -24,6 +25,17 @@ def register(sub) -> None:
                     help="target layers read, evenly spaced from 1 to N-3 (new runs)")
     tr.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (new runs)")
     tr.set_defaults(func=_train)
+
+    ev = sub.add_parser("eval-dflash", help="plain vs DFlash on held-out chat prompts")
+    ev.add_argument("--drafter", type=Path, default=None,
+                    help="DFlash drafter folder (default: the shipped demo drafter)")
+    ev.add_argument("--prompts", type=int, default=12)
+    ev.add_argument("--workdir", type=Path, default=None,
+                    help="training folder whose checkpoint-selection prompts are left out")
+    ev.add_argument("--max-tokens", type=int, default=128)
+    ev.add_argument("--width", type=int, default=None, help="proposals per round")
+    ev.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ev.set_defaults(func=_eval)
 
     ex = sub.add_parser("export-dflash", help="write the DFlash drafter to resources/demo-dflash")
     ex.add_argument("--workdir", type=Path, default=None)
@@ -49,6 +61,19 @@ def _train(args) -> int:
                                  n_taps=args.taps, lr=args.lr, minutes=args.minutes)
     dflash_train.run(work, teacher, recipe, log=dflash_train.Logger(work))
     return 0
+
+
+def _eval(args) -> int:
+    import json
+
+    from app.demo import dflash_eval
+
+    out = dflash_eval.compare(args.drafter, prompts=args.prompts,
+                              exclude=dflash_eval.selection_ids(_dirs(args)[0]),
+                              max_tokens=args.max_tokens, width=args.width)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0 if out["identical"] == out["prompts"] else 1
 
 
 def _export(args) -> int:

@@ -148,12 +148,12 @@ def _session(pairs, draft_key: str):
 
 
 def _generate(s, kind: str, *, width: int | None = None, max_tokens=bd.LOOP_MAX_TOKENS,
-              prompt=bd.PROMPT, sampling=None):
+              prompt=bd.PROMPT, sampling=None, adaptive: bool = False):
     from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
 
     req = GenerationRequest(prompt_tokens=tuple(prompt), chat=False, draft_kind=kind,
                             draft_width=width, max_tokens=max_tokens, allow_fallback=False,
-                            sampling=sampling or SamplingParams())
+                            sampling=sampling or SamplingParams(), adaptive=adaptive)
     events = list(s.generate(req))
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
@@ -250,7 +250,8 @@ def trained(pairs, target, tmp_path_factory) -> Path:
     return out
 
 
-def test_trained_drafter_gets_accepted_and_stays_exact(pairs, trained):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_trained_drafter_gets_accepted_and_stays_exact(pairs, trained, adaptive, recorded):
     from app.engine.session import Session
 
     s = Session()
@@ -261,8 +262,41 @@ def test_trained_drafter_gets_accepted_and_stays_exact(pairs, trained):
         accepted[name] = 0
         for prompt in ([40, 41, 42, 43, 44], [100, 7, 250, 31], list(bd.PROMPT)):
             plain = _generate(s, "none", prompt=prompt, max_tokens=48)
-            spec = _generate(s, "dflash", prompt=prompt, max_tokens=48)
+            spec = _generate(s, "dflash", prompt=prompt, max_tokens=48, adaptive=adaptive)
             assert spec.token_ids == plain.token_ids
             assert spec.timings.fallback is None
             accepted[name] += spec.timings.draft_n_accepted
     assert accepted["trained"] >= max(5, 3 * accepted["random"]), accepted
+    widths = [len(t) for *_, t in recorded]
+    # adaptive rounds propose only what pays; fixed ones the whole block (but at the end)
+    short = sum(w < 3 for w in widths) / len(widths)
+    assert short > 0.25 if adaptive else short < 0.1
+
+
+def test_sampling_proposes_with_distributions(pairs, trained, monkeypatch):
+    """At T > 0 the drafter samples and hands the loop its distributions (rejection rule)."""
+    from app.engine.drafters.dflash import DFlashDrafter
+    from app.engine.events import SamplingParams
+    from app.engine.session import Session
+
+    seen = []
+    inner = DFlashDrafter.propose
+
+    def propose(self, committed, k):
+        p = inner(self, committed, k)
+        if p is not None:
+            seen.append(p)
+        return p
+
+    monkeypatch.setattr(DFlashDrafter, "propose", propose)
+    s = Session()
+    s.load_target(pairs["target"])
+    s.load_draft(trained)
+    done = _generate(s, "dflash", max_tokens=32, adaptive=True,
+                     sampling=SamplingParams(temperature=0.8, seed=3))
+    assert done.timings.fallback is None and done.timings.draft_rounds > 0
+    vocab = json.loads((pairs["target"] / "config.json").read_text())["vocab_size"]
+    assert seen and all(p.q is not None and p.q.shape == (p.k, vocab) for p in seen)
+    rows = np.array(seen[0].q.sum(axis=-1))
+    np.testing.assert_allclose(rows, 1.0, atol=1e-4)
+    assert done.token_ids != _generate(s, "none", max_tokens=32).token_ids  # not greedy

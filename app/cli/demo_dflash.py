@@ -19,11 +19,11 @@ def register(sub) -> None:
                     help="teacher replies folder (default: <data dir>/demo-train)")
     tr.add_argument("--minutes", type=float, default=60.0,
                     help="planned total training time; the learning rate decays over it")
-    tr.add_argument("--layers", type=int, default=2, help="drafter layers (new runs)")
+    tr.add_argument("--layers", type=int, default=1, help="drafter layers (new runs)")
     tr.add_argument("--block-size", type=int, default=8, help="block size (new runs)")
     tr.add_argument("--taps", type=int, default=4,
                     help="target layers read, evenly spaced from 1 to N-3 (new runs)")
-    tr.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (new runs)")
+    tr.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate (new runs)")
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval-dflash", help="plain vs DFlash on held-out chat prompts")
@@ -57,7 +57,8 @@ def _train(args) -> int:
     from app.demo import dflash_train
 
     work, teacher = _dirs(args)
-    recipe = dflash_train.Recipe(layers=args.layers, block_size=args.block_size,
+    recipe = dflash_train.Recipe(layers=args.layers, init_layers=tuple(range(args.layers)),
+                                 block_size=args.block_size,
                                  n_taps=args.taps, lr=args.lr, minutes=args.minutes)
     dflash_train.run(work, teacher, recipe, log=dflash_train.Logger(work))
     return 0

@@ -50,15 +50,15 @@ class Logger:
 
 @dataclass
 class Recipe:
-    layers: int = 2
+    layers: int = 1
     n_taps: int = 4
     block_size: int = 8
-    init_layers: tuple[int, ...] = (0, 1)  # target layers the drafter layers start from
-    lr: float = 1e-3
+    init_layers: tuple[int, ...] = (0,)  # target layers the drafter layers start from
+    lr: float = 1.5e-3
     warmup: int = 100
     minutes: float = 60.0  # planned training time; the learning rate decays over it
     seqs: int = 4  # sequences per step
-    anchors: int = 24  # blocks per sequence
+    anchors: int = 16  # blocks per sequence
     gamma: float = 4.0
     weight_decay: float = 0.01
     seed: int = 0

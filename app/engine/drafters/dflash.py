@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from app.engine.taps import Hidden
 
 DEMO_FOLDER = "demo-dflash"
+# verify cost per extra token until measured (CPU figures: 4-5 tokens ~1.05 steps, 8 ~1.4)
+VERIFY_SLOPE = 0.06
 
 
 @dataclass
@@ -165,7 +167,7 @@ def make(ctx: DrafterContext) -> DFlashDrafter:
     a = _assets(ctx)
     if a is None:
         raise DraftPairError("No DFlash drafter is loaded.")
-    return DFlashDrafter(ctx.target, a)
+    return DFlashDrafter(ctx.target, a, adaptive=bool(getattr(ctx.request, "adaptive", True)))
 
 
 class DFlashDrafter(Drafter):
@@ -173,7 +175,8 @@ class DFlashDrafter(Drafter):
     block = True
     step_cost = 0.15  # until the session measures it at warm-up
 
-    def __init__(self, target: LoadedModel, assets: DFlashAssets):
+    def __init__(self, target: LoadedModel, assets: DFlashAssets, *, adaptive: bool = True,
+                 calibration: float = 1.0):
         from app.engine.taps import TapRequest, stack
 
         self.target = target
@@ -189,7 +192,12 @@ class DFlashDrafter(Drafter):
         self.n_rows = 0  # rows received in this request (= positions the target fed)
         self.n_cached = 0
         self.lost = False
-        self.rounds = self.proposed = self.accepted = 0
+        self.rounds = self.proposed = self.accepted = self.skipped = 0
+        # adaptive: each round proposes only as many of the block's tokens as pay, judged by
+        # the drafter's own confidence (exactness does not depend on it)
+        self.adaptive = adaptive
+        self.calibration = calibration
+        self._verify: dict[int, float] = {}
 
     @property
     def block_size(self) -> int:
@@ -201,7 +209,7 @@ class DFlashDrafter(Drafter):
         self.stochastic = not sampling.greedy
         self.cache = self.net.make_cache()
         self.rows, self.n_rows, self.n_cached, self.lost = [], 0, 0, False
-        self.rounds = self.proposed = self.accepted = 0
+        self.rounds = self.proposed = self.accepted = self.skipped = 0
         return []
 
     def _take(self, hidden: Hidden | None) -> None:
@@ -240,6 +248,7 @@ class DFlashDrafter(Drafter):
         if k <= 0 or self.lost or L < 1 or self.n_rows < L - 1:
             return None
         started = time.perf_counter()
+        pending = self.n_rows == L - 1  # the last committed token is not fed yet
         ctx = self._context(L - 1)
         block = mx.array([committed[-1]] + [self.cfg.mask_token_id] * (self.cfg.block_size - 1),
                          dtype=mx.uint32)
@@ -249,15 +258,50 @@ class DFlashDrafter(Drafter):
         q = None
         if self.stochastic:
             scaled = sm.scaled_logits(logits, self.sampling)
+            probs = mx.softmax(scaled, axis=-1)
             picks = mx.random.categorical(scaled)
-            q = self._to_target_probs(mx.softmax(scaled, axis=-1))
+            conf = mx.take_along_axis(probs, picks[:, None], axis=-1)[:, 0]
         else:
             picks = mx.argmax(logits, axis=-1)
+            conf = mx.max(mx.softmax(logits, axis=-1), axis=-1)
         tokens = self._to_target_ids(picks).astype(mx.uint32)
+        if self.adaptive:
+            mx.eval(tokens, conf)
+            k = self.choose_width(conf.tolist(), pending)
+            if k == 0:
+                self.skipped += 1
+                return None
+            tokens = tokens[:k]
+            probs = probs[:k] if self.stochastic else None
+        if self.stochastic:
+            q = self._to_target_probs(probs)
         mx.async_eval(tokens, *([q] if q is not None else []))
         self.rounds += 1
         self.proposed += k
         return Proposal(tokens=tokens, q=q, draft_ms=(time.perf_counter() - started) * 1e3)
+
+    def verify_cost(self, n: int) -> float:
+        """A target pass over ``n`` tokens, in plain steps (measured at warm-up)."""
+        if n <= 1:
+            return 1.0
+        if n in self._verify:
+            return self._verify[n]
+        return 1.0 + VERIFY_SLOPE * (n - 1)
+
+    def choose_width(self, conf: list[float], pending: bool) -> int:
+        """The number of proposals with the most expected tokens per unit of verify cost,
+        taking the drafter's own probabilities as acceptance chances (the drafting pass is
+        already paid). 0: a plain step pays more."""
+        base = 1 if pending else 0  # the pending token is fed with the proposals
+        best_k, best = 0, 1.0  # a plain step: one token for one step
+        run = expect = 1.0
+        for j, c in enumerate(conf):
+            run *= max(0.0, min(1.0, c)) * self.calibration
+            expect += run
+            ratio = expect / self.verify_cost(base + j + 1)
+            if ratio > best:
+                best_k, best = j + 1, ratio
+        return best_k
 
     def _dtype(self) -> mx.Dtype:
         return self.net.norm.weight.dtype
@@ -308,11 +352,35 @@ class DFlashDrafter(Drafter):
             ms = (time.perf_counter() - t0) * 1e3
             best = ms if best is None else min(best, ms)
         self.draft_step_ms = best
+        if self.adaptive:
+            self._verify = self._measure_verify(self.cfg.block_size)
+
+    def _measure_verify(self, widest: int) -> dict[int, float]:
+        """Target passes of 1..widest tokens after a short prefix, relative to one token."""
+        from app.engine.models import make_cache
+
+        cache = make_cache(self.target)
+        mx.eval(self.target.model(mx.zeros((1, 16), mx.uint32), cache=cache))
+        ms: dict[int, float] = {}
+        for n in [*range(1, widest + 1), *range(1, widest + 1)]:
+            t0 = time.perf_counter()
+            mx.eval(self.target.model(mx.zeros((1, n), mx.uint32), cache=cache))
+            dt = (time.perf_counter() - t0) * 1e3
+            ms[n] = min(ms.get(n, dt), dt)
+            for c in cache:
+                c.trim(n)
+        one = max(ms[1], 1e-3)
+        # costs never fall with width (timing noise): a running maximum
+        out, top = {}, 1.0
+        for n in range(1, widest + 1):
+            top = max(top, ms[n] / one)
+            out[n] = top
+        return out
 
     def close(self) -> None:
         self.cache, self.rows = [], []
 
     def stats(self) -> dict[str, Any]:
         return {"block_size": self.cfg.block_size, "rounds": self.rounds,
-                "proposed": self.proposed, "accepted": self.accepted,
+                "proposed": self.proposed, "accepted": self.accepted, "skipped": self.skipped,
                 "head": "reduced" if self.assets.head_ids is not None else "target"}

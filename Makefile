@@ -18,8 +18,8 @@ setup: $(STAMP) sysdeps blas
 sysdeps:
 	@bash packaging/linux-deps.sh
 
-# Linux: make sure an optimized BLAS is present for MLX's CPU backend.
-blas: $(STAMP)
+# Linux: make sure an optimized BLAS is present for MLX's CPU backend (installed by sysdeps).
+blas: $(STAMP) sysdeps
 	@$(PY) -m app.engine.platform ensure-blas
 
 demo: setup
@@ -28,7 +28,9 @@ demo: setup
 run: setup
 	$(PY) -m app
 
+# The import contracts (pyproject.toml [tool.importlinter]) first, then the suite.
 test: setup
+	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.engine.platform exec -- $(PY) -m pytest -q
 
 lint: $(STAMP)

@@ -11,10 +11,6 @@ class ModelLoadError(DraftPairError):
     pass
 
 
-class SpeculationUnavailable(DraftPairError):
-    """Speculation cannot run for this pair/kind; the message says why."""
-
-
 def user_message(exc: BaseException) -> str:
     """One line for a user, whatever the exception."""
     if isinstance(exc, DraftPairError):

@@ -12,3 +12,14 @@ def format_bytes(n: float | int | None) -> str:
             return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
+
+
+def format_params(n: int | None) -> str:
+    """A parameter count for people: "135 M", "1.5 B", "7.0 B"; "?" when unknown."""
+    if not n:
+        return "?"
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            value = n / div
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return str(n)

@@ -20,6 +20,9 @@ QT_LOG_IGNORE = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from app.demo.builtins import register_demo_models
+
+    register_demo_models()  # what the CLI and the app do at start-up
     for pattern in QT_LOG_IGNORE:
         config.addinivalue_line("qt_log_ignore", pattern)
 

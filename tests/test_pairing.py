@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.checkpoints.memory import Budget
+from app.checkpoints.memory_estimate import Budget
 from app.checkpoints.pairing import (
     VERDICT_FAILS,
     VERDICT_WARNINGS,

@@ -1,4 +1,4 @@
-"""Benchmark: which drafter pays on which task, measured honestly (issue 5).
+"""Benchmark: which drafter pays on which task, measured honestly.
 
 Public API (for the CLI and the GUI's Bench view; run it on the thread that owns MLX)::
 
@@ -22,7 +22,7 @@ Public API (for the CLI and the GUI's Bench view; run it on the thread that owns
 - ``render_speedup_chart(summary) -> bytes`` (PNG) for the view, ``markdown(report)``.
 - ``recommend_drafters(report, temperature=0.0) -> {task_kind: Recommendation}``.
 
-Modules: ``suite`` (task files), ``runner`` (the method), ``stats`` (verdict rule, identity),
+Modules: ``suite`` (task files), ``records`` (what a run records), ``runner`` (the method), ``stats`` (verdict rule, identity),
 ``summary``, ``peers`` (mlx-lm rows), ``contention``, ``environment``, ``report``, ``chart``,
 ``recommend``. No Qt here; the chart is drawn in pure Python.
 """
@@ -45,9 +45,9 @@ __all__ = [
 
 _LAZY = {
     "BenchConfig": "app.bench.runner",
-    "BenchReport": "app.bench.runner",
+    "BenchReport": "app.bench.records",
     "Progress": "app.bench.runner",
-    "RunRecord": "app.bench.runner",
+    "RunRecord": "app.bench.records",
     "run_bench": "app.bench.runner",
     "write_report": "app.bench.report",
     "markdown": "app.bench.report",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from pathlib import Path
 from typing import Any
 
 Color = tuple[int, int, int]
@@ -90,10 +89,6 @@ class Canvas:
                 + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
-def text_width(s: str, scale: int = 2) -> int:
-    return len(s) * 6 * scale
-
-
 def render_speedup_chart(summary: dict[str, Any], title: str = "Speedup vs plain decoding") -> bytes:
     """PNG bytes of the speedup chart for ``summary`` (``BenchReport.summary``)."""
     rows = [r for r in summary.get("rows", []) if r["condition"] != "off"]
@@ -142,9 +137,3 @@ def render_speedup_chart(summary: dict[str, Any], title: str = "Speedup vs plain
         cv.rect(one, yy, one + 2, yy + 3, GREY)
     cv.text(one - 18, y + 2, "1.0X", color=GREY, scale=2)
     return cv.png()
-
-
-def write_speedup_chart(summary: dict[str, Any], path: str | Path, **kwargs: Any) -> Path:
-    path = Path(path)
-    path.write_bytes(render_speedup_chart(summary, **kwargs))
-    return path

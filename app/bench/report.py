@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from app.bench.runner import BenchReport
+from app.bench.records import BenchReport
+from app.fileio import atomic_write_bytes
 
 CSV_TIMINGS = (
     "prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
@@ -36,17 +36,8 @@ def write_report(report: BenchReport, out_dir: str | Path) -> dict[str, Path]:
         "png": (out / "speedup.png", render_speedup_chart(report.summary)),
     }
     for path, data in files.values():
-        _atomic_write(path, data)
+        atomic_write_bytes(path, data)
     return {k: p for k, (p, _) in files.items()}
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def runs_csv(report: BenchReport) -> str:
@@ -148,7 +139,7 @@ def markdown(report: BenchReport) -> str:
                 f"{_f(p['speedup'], '.2f', 'x')} | {p['verdict']} |"
             )
         lines.append("")
-    lines += ["## Goals (issue 5)", "",
+    lines += ["## Goals", "",
               "Measured = median over tasks and temperatures of the speedups above. "
               "Load-matched = median ratio over the repeats whose two runs met the same "
               "background load (diagnostic for busy machines).", "",

@@ -1,6 +1,6 @@
 """Run the suite: every task x temperature x condition, N repeats, interleaved, judged.
 
-Method (issue 5, DESIGN.md "Measurement rules"):
+Method:
 - conditions: ``off`` (DraftPair plain), each draft kind the pair supports at its width, and
   the peer rows ``mlx-lm plain`` / ``mlx-lm speculative`` on the same loaded weights;
 - one warm-up request per condition and temperature before measuring (not recorded);
@@ -23,12 +23,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, Condition, RunRecord
 from app.bench.suite import Task, load_suite, select_tasks
 from app.errors import DraftPairError
 
-OFF = "off"
-PEER_PLAIN = "mlx-lm plain"
-PEER_SPEC = "mlx-lm speculative"
 DRAFT_KINDS = ("prompt-lookup", "full-model")
 DEFAULT_WIDTHS = {"prompt-lookup": 7, "full-model": 4}
 QUICK_MAX_TOKENS = 32
@@ -70,14 +68,6 @@ class BenchConfig:
 
 
 @dataclass(frozen=True)
-class Condition:
-    name: str  # "off", a draft kind, or a peer row
-    engine: str  # "draftpair" | "mlx-lm"
-    draft_kind: str  # "none" | "prompt-lookup" | "full-model"
-    width: int
-
-
-@dataclass(frozen=True)
 class Progress:
     done: int
     total: int
@@ -86,82 +76,6 @@ class Progress:
     @property
     def fraction(self) -> float:
         return self.done / self.total if self.total else 1.0
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    task_id: str
-    task_kind: str
-    condition: str
-    engine: str
-    draft_kind: str
-    width: int
-    temperature: float
-    repeat: int
-    seed: int
-    finish_reason: str
-    output_n: int
-    tokens: tuple[int, ...]
-    text: str
-    timings: dict[str, Any]
-    contention: dict[str, Any]
-    superseded: bool = False  # flagged for contention and replaced by a re-run
-    attempt: int = 0
-    error: str | None = None
-    rounds_n: int = 0
-    round_profile: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def decode_tps(self) -> float:
-        return float(self.timings.get("predicted_per_second") or 0.0)
-
-    @property
-    def flagged(self) -> bool:
-        return bool(self.contention.get("flagged"))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["tokens"] = list(self.tokens)
-        return d
-
-
-@dataclass
-class BenchReport:
-    config: dict[str, Any]
-    environment: dict[str, Any]
-    tasks: list[dict[str, Any]]
-    conditions: list[Condition]
-    runs: list[RunRecord]
-    skipped: dict[str, str]  # draft kind -> why it was not benchmarked
-    started_at: str
-    duration_s: float = 0.0
-    cancelled: bool = False
-    reruns: int = 0
-    persistent_contention: bool = False  # re-runs stopped: the machine never went quiet
-    contention_timeline: list[dict[str, float]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-
-    def measured(self) -> list[RunRecord]:
-        """Runs that count (not superseded by a re-run, no error)."""
-        return [r for r in self.runs if not r.superseded and r.error is None]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": 1,
-            "started_at": self.started_at,
-            "duration_s": round(self.duration_s, 2),
-            "cancelled": self.cancelled,
-            "reruns": self.reruns,
-            "persistent_contention": self.persistent_contention,
-            "config": self.config,
-            "environment": self.environment,
-            "tasks": self.tasks,
-            "conditions": [asdict(c) for c in self.conditions],
-            "skipped": self.skipped,
-            "summary": self.summary,
-            "runs": [r.to_dict() for r in self.runs],
-            "contention_timeline": self.contention_timeline,
-        }
 
 
 ProgressFn = Callable[[Progress], None]
@@ -304,12 +218,12 @@ def _load_session(config: BenchConfig) -> Any:
 def resolve_draft(config: BenchConfig) -> str | None:
     if config.draft_model:
         return config.draft_model
-    if config.model == "demo":
-        from app.demo.target import demo_draft_available, demo_draft_path
+    from app.checkpoints import builtins
 
-        if demo_draft_available():
-            return str(demo_draft_path())
-    return None
+    target = builtins.get(config.model)
+    draft = builtins.get(target.default_draft) if target and target.default_draft else None
+    path = draft.present() if draft is not None else None
+    return str(path) if path is not None else None
 
 
 def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition], dict[str, str]]:

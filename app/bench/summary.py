@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.bench.runner import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
+from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
 from app.bench.stats import compare_tokens, median, paired_speedup, verdict
 
 # (name, what, baseline condition, compared condition, task kinds or None for all, target)

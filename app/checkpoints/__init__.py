@@ -6,10 +6,12 @@ Public API (import from the submodules; each is light to import):
     inspect.inspect_checkpoint(path) -> CheckpointInfo
     pairing.check(target, draft=None, kind=None, context=None) -> PairingReport
     pairing.suggest_drafts(target, store=None, entries=None, context=None) -> Suggestions
-    memory.estimate_memory(target, draft, context=...) -> MemoryEstimate; memory.memory_budget()
+    memory_estimate.estimate_memory(target, draft, context=...) -> MemoryEstimate;
+                                   memory_estimate.memory_budget()
     hub.search(query) / hub.repo_info(repo_id) / hub.download(repo_id, progress=, cancel=)
     convert.convert(source, quantize=False, ...) -> Path
     resolve.resolve_model(name_or_path) -> Path
+    builtins.register(Builtin(...))                models shipped with the app (registered at start-up)
 
 Kinds (CheckpointInfo.kind): chat, draft-candidate, dflash, mtp-target, unsupported (+ reason).
 Verdicts: works, works-with-warnings, will-not-work. Errors are DraftPairError subclasses

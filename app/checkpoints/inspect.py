@@ -59,7 +59,6 @@ ROTATING_FAMILIES = {
     "gemma4_text",
 }
 MTP_FAMILIES = {"qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3", "glm4_moe", "mimo"}
-PICKLE_ONLY = "pickle"
 
 
 def read_json_file(path: Path) -> tuple[Any, str | None]:

@@ -2,8 +2,8 @@
 
 Public API:
     resolve_model(name_or_path, *, store=None, progress=None) -> Path
-        accepts a local folder path, "demo" (the built-in demo target, prepared on first use),
-        "demo-draft", a store entry name, or a Hugging Face repo id already in the HF cache.
+        accepts a local folder path, a built-in model registered at start-up ("demo" is
+        prepared on first use, see app.checkpoints.builtins), a store entry name, or a Hugging Face repo id already in the HF cache.
         Raises app.errors.ModelLoadError with a plain message otherwise.
     hf_cached_snapshot(repo_id, revision="main") -> Path | None
 """
@@ -45,30 +45,11 @@ def hf_cached_snapshot(repo_id: str, revision: str = "main") -> Path | None:
     return max(candidates, key=lambda p: p.stat().st_mtime)
 
 
-def _demo(name: str, progress: Callable[[str], None] | None) -> Path:
-    import importlib
+def _builtin(name: str, progress: Callable[[str], None] | None) -> Path | None:
+    from app.checkpoints import builtins
 
-    try:
-        demo = importlib.import_module("app.demo.target")
-    except ImportError:
-        raise ModelLoadError(
-            "The built-in demo model is not part of this DraftPair build."
-        ) from None
-    if name == "demo":
-        try:
-            return Path(demo.ensure_demo_target(progress))
-        except ModelLoadError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one plain line for the user
-            from app.errors import user_message
-
-            raise ModelLoadError(
-                f"The built-in demo model could not be prepared: {user_message(exc)}"
-            ) from None
-    path = Path(demo.demo_draft_path())
-    if not (path / "config.json").is_file():
-        raise ModelLoadError("The built-in demo draft is not included in this DraftPair build.")
-    return path
+    builtin = builtins.get(name)
+    return None if builtin is None else Path(builtin.prepare(progress))
 
 
 def resolve_model(
@@ -80,8 +61,11 @@ def resolve_model(
     text = str(name_or_path).strip()
     if not text:
         raise ModelLoadError("No model was named.")
+    builtin = _builtin(text, progress)
+    if builtin is not None:
+        return builtin
     if text in ("demo", "demo-draft"):
-        return _demo(text, progress)
+        raise ModelLoadError("The built-in demo model is not part of this DraftPair build.")
     path = Path(text).expanduser()
     if path.exists():
         if not path.is_dir():

@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.checkpoints.inspect import CheckpointInfo, inspect_checkpoint
 from app.errors import DraftPairError
+from app.fileio import atomic_write_json
 
 REGISTRY_VERSION = 1
 SOURCE_HF = "hf-cache"
@@ -124,20 +124,6 @@ class RemoveResult:
     message: str
 
 
-def _atomic_write_json(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class Store:
     def __init__(self, *, data_dir: Path | None = None, hf_cache: Path | None = None):
         if data_dir is None:
@@ -165,7 +151,7 @@ class Store:
 
     def _write_registry(self, data: dict) -> None:
         data["version"] = REGISTRY_VERSION
-        _atomic_write_json(self.registry_path, data)
+        atomic_write_json(self.registry_path, data)
 
     # --- listing ----------------------------------------------------------------------------
     def _hf_entries(self) -> list[StoreEntry]:
@@ -232,25 +218,21 @@ class Store:
         return out
 
     def _builtin_entries(self) -> list[StoreEntry]:
-        try:
-            from app.demo.target import demo_draft_path
-        except ImportError:
-            return []
-        try:
-            p = Path(demo_draft_path())
-        except Exception:  # noqa: BLE001 - a missing demo must not break the listing
-            return []
-        if not (p / "config.json").exists():
-            return []
-        return [
-            StoreEntry(
-                "demo-draft",
-                p,
-                SOURCE_BUILTIN,
-                dir_size(p),
-                inspect_checkpoint(p, read_tokenizer_files=False),
-            )
-        ]
+        from app.checkpoints import builtins
+
+        out = []
+        for builtin in builtins.registered():
+            if not builtin.listed:
+                continue
+            try:
+                p = builtin.present()
+            except Exception:  # noqa: BLE001 - a missing demo must not break the listing
+                continue
+            if p is None or not (p / "config.json").exists():
+                continue
+            info = inspect_checkpoint(p, read_tokenizer_files=False)
+            out.append(StoreEntry(builtin.name, p, SOURCE_BUILTIN, dir_size(p), info))
+        return out
 
     def list(self) -> list[StoreEntry]:
         entries = self._builtin_entries() + self._folder_entries() + self._hf_entries()

@@ -22,7 +22,6 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "demo": ("app.cli.demo", True),
 }
 
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
@@ -67,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         from app.engine.platform import maybe_reexec_with_blas
 
         maybe_reexec_with_blas(argv)
+    from app.demo.builtins import register_demo_models
+
+    register_demo_models()
     parser = build_parser()
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         parser.error(f"unknown command {argv[0]!r}")

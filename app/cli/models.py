@@ -71,17 +71,8 @@ def _fail(exc: Exception):
     return CliError(user_message(exc))
 
 
-def _fmt_params(n: int | None) -> str:
-    if not n:
-        return "?"
-    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= div:
-            return f"{n / div:.1f}{unit}"
-    return str(n)
-
-
 def run_list(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.units import format_bytes, format_params
 
     entries = _store().list()
     if args.json:
@@ -98,7 +89,7 @@ def run_list(args: argparse.Namespace) -> int:
             e.name,
             e.kind_label,
             format_bytes(e.size_bytes),
-            _fmt_params(e.param_count),
+            format_params(e.param_count),
             e.quantization or e.dtype or "?",
             str(e.vocab_size or "?"),
             str(e.context_length or "?"),
@@ -139,7 +130,7 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _progress_printer():
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     is_tty = sys.stderr.isatty()
     last = {"line": ""}
@@ -166,7 +157,7 @@ def run_pull(args: argparse.Namespace) -> int:
     import logging
 
     from app.checkpoints.hub import HubError, download, repo_info
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries: our message says it
     try:
@@ -211,7 +202,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from app.checkpoints.memory import format_bytes
+    from app.checkpoints.memory_estimate import format_bytes
     from app.checkpoints.store import SOURCE_IMPORTED, StoreError
     from app.cli import EXIT_USAGE, CliError
 

@@ -18,6 +18,9 @@ import statistics
 import time
 from pathlib import Path
 
+from app.checkpoints.inspect import read_draft_head
+from app.errors import DraftPairError
+
 
 def load_draft(folder: Path):
     """(model, head ids array) of a draft folder; the head is its draft_head.json or all ids."""
@@ -26,10 +29,10 @@ def load_draft(folder: Path):
     from app.engine.models import load_model
 
     model = load_model(folder).model  # the engine's loading: precision chosen per backend
-    head_file = folder / "draft_head.json"
-    if head_file.is_file():
-        head = json.loads(head_file.read_text())["token_ids"]
-    else:
+    head, problem = read_draft_head(folder)
+    if problem:
+        raise DraftPairError(f"{folder}: {problem}")
+    if head is None:
         head = list(range(model.model.embed_tokens.weight.shape[0]))
     return model, mx.array(head)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 DRAFT_KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
 
-# Acceptance rules (DESIGN.md "Acceptance rules"); reported in timings.acceptance_rule.
+# Acceptance rules (app/engine/verify.py); reported in timings.acceptance_rule.
 RULE_NONE = "none"  # plain decoding
 RULE_GREEDY = "greedy"  # temperature 0: argmax match, exact
 RULE_SAMPLE_MATCH = "sample-match"  # deterministic proposals at T>0, exact
@@ -121,7 +121,7 @@ class MemoryEvent:
 
 @dataclass(frozen=True)
 class Timings:
-    """Per-request figures; names follow llama-server where they exist (DESIGN.md)."""
+    """Per-request figures; names follow llama-server where they exist, so users can compare."""
 
     prompt_n: int = 0
     prompt_ms: float = 0.0

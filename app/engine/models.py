@@ -46,13 +46,6 @@ class LoadedModel:
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
 
 
-def resolve_path(name_or_path: str | Path) -> Path:
-    """A local folder for ``name_or_path`` ("demo", a store name, a path...)."""
-    from app.checkpoints.resolve import resolve_model
-
-    return Path(resolve_model(str(name_or_path)))
-
-
 def validate_folder(path: Path) -> dict[str, Any]:
     """Cheap checks before handing a folder to mlx-lm; returns config.json."""
     if not path.exists():
@@ -150,9 +143,10 @@ def _expand_small_quantized(model: nn.Module, limit: int = EXPAND_QUANTIZED_LIMI
 
 
 def load_model(
-    name_or_path: str | Path, *, precision: str = "auto", backend: str | None = None
+    path: str | Path, *, precision: str = "auto", backend: str | None = None
 ) -> LoadedModel:
-    """Load a checkpoint folder with mlx-lm.
+    """Load a checkpoint folder with mlx-lm (names are resolved by the caller:
+    ``app.checkpoints.resolve.resolve_model``).
 
     ``precision="auto"``: on the CPU backend unquantized half-precision weights are cast to
     float32 (the fastest there); on Metal/CUDA weights stay as stored. ``"float32"``,
@@ -162,7 +156,7 @@ def load_model(
     from mlx_lm.utils import load_tokenizer
 
     started = time.perf_counter()
-    path = resolve_path(name_or_path)
+    path = Path(path).expanduser()
     config = validate_folder(path)
     try:
         model, config = mlx_load_model(path, lazy=False, trust_remote_code=False)
@@ -240,7 +234,3 @@ def trim(cache: list[Any], n: int) -> None:
         return
     for c in cache:
         c.trim(n)
-
-
-def cache_offset(cache: list[Any]) -> int:
-    return int(getattr(cache[0], "offset", 0)) if cache else 0

@@ -9,7 +9,7 @@ itself once when it finds a better BLAS on the system.
 This module must stay importable without importing mlx (start-up path).
 
 Command line (used by the Makefile):
-    python -m app.engine.platform ensure-blas    install/locate an optimized BLAS
+    python -m app.engine.platform ensure-blas    locate an optimized BLAS (or say how to install it)
     python -m app.engine.platform exec -- CMD    run CMD with the BLAS preloaded
     python -m app.engine.platform info           print what was found
 """
@@ -20,8 +20,6 @@ import glob
 import importlib.util
 import os
 import platform
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +192,11 @@ def blas_status() -> BlasStatus:
 
 
 def ensure_blas(*, quiet: bool = False) -> int:
-    """Make an optimized BLAS available (apt-get as root on Debian/Ubuntu), else explain."""
+    """Say whether an optimized BLAS is available, and how to install one if not.
+
+    Installing it is the system's job (``packaging/linux-deps.sh``, run by ``make setup``);
+    the app itself never runs a package manager.
+    """
     if not needs_blas_fix():
         if not quiet:
             print("BLAS: nothing to do on this platform.")
@@ -204,18 +206,6 @@ def ensure_blas(*, quiet: bool = False) -> int:
         if not quiet:
             print(f"BLAS: optimized library found: {lib}")
         return 0
-    apt = shutil.which("apt-get")
-    if apt and os.geteuid() == 0:
-        print(f"BLAS: installing {APT_PACKAGE} (MLX's bundled BLAS is slow)...", flush=True)
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        ok = subprocess.call([apt, "install", "-y", "-q", APT_PACKAGE], env=env) == 0
-        if not ok:
-            subprocess.call([apt, "update", "-q"], env=env)
-            subprocess.call([apt, "install", "-y", "-q", APT_PACKAGE], env=env)
-        lib = find_optimized_blas()
-        if lib:
-            print(f"BLAS: installed {lib}")
-            return 0
     print(
         "WARNING: no optimized BLAS found. DraftPair will work but slowly, and speculation "
         f"will not pay off. Install one, e.g. `sudo apt-get install {APT_PACKAGE}`.",

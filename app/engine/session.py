@@ -23,6 +23,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from app.checkpoints.resolve import resolve_model
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
 from app.engine.drafters.full_model import FullModelDrafter
@@ -54,13 +55,13 @@ class Session:
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
         self.unload()
-        self.target = load_model(name_or_path, precision=self.precision)
+        self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         return self.target
 
     def load_draft(self, name_or_path: str | Path) -> LoadedModel:
         if self.target is None:
             raise ModelLoadError("Load a target model before its draft.")
-        draft = load_model(name_or_path, precision=self.precision)
+        draft = load_model(resolve_model(name_or_path), precision=self.precision)
         problem = token_id_problem(self.target.path, draft.path)
         if problem:
             raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")

@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -32,32 +31,21 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.format import KIND_LABELS
-from app.ui.settings import Settings
-from app.ui.theme import LIGHT, Colors
-from app.ui.widgets import Banner
-from app.ui.worker import EngineClient, ModelState
+from app.ui.theme import Colors
+from app.ui.view_deps import View, ViewDeps
+from app.ui.widgets import splitter
+from app.ui.worker import ModelState
 
 COLUMNS = ("Task", "Kind", "T", "Speculation", "tok/s", "Speedup", "Verdict", "Accepted/round",
            "Same text as off")
 
 
-class BenchView(QWidget):
+class BenchView(View):
     bench_done = Signal(object)  # BenchReport | None
 
-    def __init__(
-        self,
-        client: EngineClient,
-        settings: Settings,
-        banner: Banner,
-        parent: QWidget | None = None,
-        *,
-        colors: Colors = LIGHT,
-    ):
-        super().__init__(parent)
-        self.client = client
-        self.settings = settings
-        self.banner = banner
-        self.colors = colors
+    def __init__(self, deps: ViewDeps, parent: QWidget | None = None):
+        super().__init__(deps, parent)
+        client = self.client
         self.report: Any = None
         self._running = False
         self._build()
@@ -143,15 +131,8 @@ class BenchView(QWidget):
         rv.addWidget(self.recs)
         rv.addWidget(self.chart, 1)
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.table)
-        split.addWidget(right)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setChildrenCollapsible(False)
-        split.setSizes([680, 580])
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
+        split = splitter(Qt.Orientation.Horizontal, (self.table, 3), (right, 2), sizes=[680, 580])
+        outer = self.body_layout()
         outer.addWidget(title)
         outer.addWidget(self.pair_label)
         outer.addLayout(row)

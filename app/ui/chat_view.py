@@ -1,4 +1,8 @@
-"""The Chat view: conversations, sampling controls, speculation choice, streaming replies."""
+"""The Chat view: conversations, sampling controls, speculation choice, streaming replies.
+
+Its panels live beside it: ``chat_conversations`` (left), ``chat_transcript`` (centre),
+``chat_reply_settings`` (right); the live plots are ``panels.LivePanels``.
+"""
 
 from __future__ import annotations
 
@@ -6,61 +10,43 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
-    QFormLayout,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QSplitter,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
+from app.ui.chat_conversations import ConversationsPanel
+from app.ui.chat_reply_settings import ReplySettingsPanel
 from app.ui.chat_store import ChatStore, Message, to_markdown
-from app.ui.format import KIND_LABELS, fallback_line, reply_stats
+from app.ui.chat_transcript import Transcript
+from app.ui.format import KIND_LABELS, reply_stats
 from app.ui.live import Segment
 from app.ui.panels import LivePanels
-from app.ui.settings import Preset, Settings
-from app.ui.theme import LIGHT, Colors
-from app.ui.widgets import Banner, SpecCombo, add_shortcut
-from app.ui.worker import EngineClient, Job, ModelState
+from app.ui.theme import Colors
+from app.ui.view_deps import View, ViewDeps
+from app.ui.widgets import SpecCombo, add_shortcut, splitter
+from app.ui.worker import Job, ModelState
 
 STREAM_HZ = 15
 SAVE_EVERY_S = 1.0
 
 
-class ChatView(QWidget):
+class ChatView(View):
     settings_changed = Signal()
     reply_finished = Signal(object)  # DoneEvent (tests, status bar)
     go_to_models = Signal()
 
-    def __init__(
-        self,
-        client: EngineClient,
-        store: ChatStore,
-        settings: Settings,
-        banner: Banner,
-        parent: QWidget | None = None,
-        *,
-        colors: Colors = LIGHT,
-    ):
-        super().__init__(parent)
-        self.client = client
+    def __init__(self, deps: ViewDeps, store: ChatStore, parent: QWidget | None = None):
+        super().__init__(deps, parent)
+        client = self.client
         self.store = store
-        self.settings = settings
-        self.banner = banner
-        self.colors = colors
         self.conv_id: int | None = None
         self._reply_conv: int | None = None
         self.job: Job | None = None
@@ -84,33 +70,13 @@ class ChatView(QWidget):
     # -- layout ---------------------------------------------------------------------------
     def _build(self) -> None:
         s = self.settings
-        # conversations column
-        self.conv_list = QListWidget()
-        self.conv_list.setObjectName("conversations")
-        self.conv_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.conv_list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.conv_list.setUniformItemSizes(True)
-        self.conv_list.itemSelectionChanged.connect(self._on_conv_selected)
-        self.conv_list.itemChanged.connect(self._on_conv_renamed)
-        new_btn = QPushButton("New chat")
-        new_btn.clicked.connect(lambda: self.new_conversation())
-        del_btn = QPushButton("Delete")
-        del_btn.setProperty("role", "danger")
-        del_btn.clicked.connect(self.delete_conversation)
-        export_btn = QPushButton("Export Markdown…")
-        export_btn.clicked.connect(self.export_markdown)
-        left = QWidget()
-        lv = QVBoxLayout(left)
-        lv.setContentsMargins(0, 0, 0, 0)
-        title = QLabel("Conversations")
-        title.setProperty("role", "title")
-        lv.addWidget(title)
-        lv.addWidget(self.conv_list, 1)
-        row = QHBoxLayout()
-        row.addWidget(new_btn)
-        row.addWidget(del_btn)
-        lv.addLayout(row)
-        lv.addWidget(export_btn)
+        self.conversations = left = ConversationsPanel()
+        self.conv_list = left.conv_list
+        left.selected.connect(self._on_conv_selected)
+        left.renamed.connect(self.store.rename)
+        left.new_requested.connect(lambda: self.new_conversation())
+        left.delete_requested.connect(self.delete_conversation)
+        left.export_requested.connect(lambda: self.export_markdown())
 
         # centre: model line, transcript, input, panels
         self.model_label = QLabel("No model loaded")
@@ -142,10 +108,7 @@ class ChatView(QWidget):
         top.addWidget(self.width_spin)
         top.addWidget(self.highlight_box)
 
-        self.transcript = QTextBrowser()
-        self.transcript.setObjectName("transcript")
-        self.transcript.setOpenLinks(False)
-        self.transcript.document().setDocumentMargin(12)
+        self.transcript = Transcript(self.colors, highlight=s.highlight_drafts)
         self.input = QPlainTextEdit()
         self.input.setObjectName("input")
         self.input.setPlaceholderText("Write a message…  (Ctrl+Enter to send, Esc to stop)")
@@ -188,74 +151,19 @@ class ChatView(QWidget):
         cv.addWidget(self.transcript, 1)
         cv.addLayout(status_row)
         cv.addLayout(input_row)
-        centre = QSplitter(Qt.Orientation.Vertical)
-        centre.addWidget(chat_col)
-        centre.addWidget(self.panels)
-        centre.setStretchFactor(0, 3)
-        centre.setStretchFactor(1, 1)
-        centre.setChildrenCollapsible(False)
+        centre = splitter(Qt.Orientation.Vertical, (chat_col, 3), (self.panels, 1))
 
         # right: generation settings
-        self.system_edit = QPlainTextEdit(s.system_prompt)
-        self.system_edit.setObjectName("system_prompt")
-        self.system_edit.setPlaceholderText("Optional instructions for the model")
-        self.system_edit.setFixedHeight(110)
-        self.system_edit.textChanged.connect(self._on_system_changed)
-        self.preset_combo = QComboBox()
-        self._fill_presets()
-        self.preset_combo.activated.connect(self._apply_preset)
-        save_preset = QPushButton("Save as preset…")
-        save_preset.clicked.connect(self.save_preset)
-        self.temp_spin = QDoubleSpinBox()
-        self.temp_spin.setRange(0.0, 2.0)
-        self.temp_spin.setSingleStep(0.1)
-        self.temp_spin.setDecimals(2)
-        self.temp_spin.setValue(s.temperature)
-        self.temp_spin.setToolTip("0 = greedy (always the most likely token)")
-        self.top_p_spin = QDoubleSpinBox()
-        self.top_p_spin.setRange(0.05, 1.0)
-        self.top_p_spin.setSingleStep(0.05)
-        self.top_p_spin.setValue(s.top_p)
-        self.max_spin = QSpinBox()
-        self.max_spin.setRange(1, 32768)
-        self.max_spin.setValue(s.max_tokens)
-        for w in (self.temp_spin, self.top_p_spin, self.max_spin):
-            w.valueChanged.connect(self._on_sampling_changed)
-        self.template_label = QLabel("")
-        self.template_label.setProperty("role", "muted")
-        self.template_label.setWordWrap(True)
-        right = QWidget()
-        right_v = QVBoxLayout(right)
-        right_v.setContentsMargins(0, 0, 0, 0)
-        form = QFormLayout()
-        right_v.addLayout(form)
-        right_v.addStretch(1)
-        hdr = QLabel("Reply settings")
-        hdr.setProperty("role", "title")
-        form.addRow(hdr)
-        form.addRow(QLabel("System prompt"))
-        form.addRow(self.system_edit)
-        form.addRow("Preset", self.preset_combo)
-        form.addRow("", save_preset)
-        form.addRow("Temperature", self.temp_spin)
-        form.addRow("Top-p", self.top_p_spin)
-        form.addRow("Max tokens", self.max_spin)
-        form.addRow(self.template_label)
-        right.setMinimumWidth(230)
-        right.setMaximumWidth(300)
-        left.setMinimumWidth(170)
-        left.setMaximumWidth(260)
+        self.reply_settings = right = ReplySettingsPanel(s)
+        right.changed.connect(self.settings_changed.emit)
+        right.system_changed.connect(self._on_system_changed)
+        self.system_edit = right.system_edit
+        self.temp_spin, self.top_p_spin, self.max_spin = right.temp_spin, right.top_p_spin, right.max_spin
+        self.template_label = right.template_label
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(left)
-        split.addWidget(centre)
-        split.addWidget(right)
-        split.setStretchFactor(1, 1)
-        split.setChildrenCollapsible(False)
-        split.setSizes([200, 900, 260])
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
-        outer.addWidget(split)
+        split = splitter(Qt.Orientation.Horizontal, (left, 0), (centre, 1), (right, 0),
+                         sizes=[200, 900, 260])
+        self.body_layout().addWidget(split)
 
         add_shortcut(self, "Ctrl+Return", self.send)
         add_shortcut(self, "Ctrl+Enter", self.send)
@@ -276,17 +184,10 @@ class ChatView(QWidget):
                 return True
         return super().eventFilter(obj, event)
 
-    def _fill_presets(self) -> None:
-        self.preset_combo.clear()
-        self.preset_combo.addItem("Custom", None)
-        for p in self.settings.presets:
-            self.preset_combo.addItem(
-                f"{p.name} (T {p.temperature:g}, top-p {p.top_p:g}, {p.max_tokens} tok)", p
-            )
-
     # -- theme ------------------------------------------------------------------------------
     def apply_colors(self, c: Colors) -> None:
         self.colors = c
+        self.transcript.colors = c
         self.panels.apply_colors(c)
         if self.job is None:
             self.render()
@@ -339,21 +240,7 @@ class ChatView(QWidget):
         if not convs:
             self.new_conversation()
             return
-        self.conv_list.blockSignals(True)
-        self.conv_list.clear()
-        for c in convs:
-            item = QListWidgetItem(c.title)
-            item.setData(Qt.ItemDataRole.UserRole, c.id)
-            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
-            self.conv_list.addItem(item)
-        self.conv_list.blockSignals(False)
-        target = select if select is not None else (self.conv_id or convs[0].id)
-        for i in range(self.conv_list.count()):
-            if self.conv_list.item(i).data(Qt.ItemDataRole.UserRole) == target:
-                self.conv_list.setCurrentRow(i)
-                break
-        else:
-            self.conv_list.setCurrentRow(0)
+        self.conversations.fill(convs, select if select is not None else (self.conv_id or convs[0].id))
 
     def new_conversation(self) -> int:
         conv_id = self.store.create_conversation("New chat", self.system_edit.toPlainText())
@@ -367,11 +254,7 @@ class ChatView(QWidget):
         self.conv_id = None
         self._load_conversations()
 
-    def _on_conv_selected(self) -> None:
-        item = self.conv_list.currentItem()
-        if item is None:
-            return
-        conv_id = int(item.data(Qt.ItemDataRole.UserRole))
+    def _on_conv_selected(self, conv_id: int) -> None:
         if conv_id == self.conv_id:
             return
         if self.job is not None:  # a reply streams into its own conversation: finish it first
@@ -379,15 +262,9 @@ class ChatView(QWidget):
         self.conv_id = conv_id
         conv = self.store.conversation(conv_id)
         if conv is not None:
-            self.system_edit.blockSignals(True)
-            self.system_edit.setPlainText(conv.system_prompt)
-            self.system_edit.blockSignals(False)
+            self.reply_settings.set_system_prompt(conv.system_prompt)
         self.render()
         self._update_buttons()
-
-    def _on_conv_renamed(self, item: QListWidgetItem) -> None:
-        title = item.text().strip() or "Untitled"
-        self.store.rename(int(item.data(Qt.ItemDataRole.UserRole)), title)
 
     def export_markdown(self, path: str | None = None) -> str | None:
         if self.conv_id is None:
@@ -414,87 +291,11 @@ class ChatView(QWidget):
     # -- rendering -----------------------------------------------------------------------------
     def render(self) -> None:
         """Rebuild the transcript from the store (conversation switch, theme, highlighting)."""
-        self.transcript.clear()
-        msgs = self._messages()
-        if not msgs:
-            self._insert_hint()
-        for m in msgs:
-            self._insert_header(m.role)
-            if m.role == "assistant" and m.segments:
-                for text, draft in m.segments:
-                    self._insert_text(text, draft)
-            else:
-                self._insert_text(m.content, False)
-            if m.role == "assistant":
-                self._insert_footer(m)
-        self._scroll_to_end()
-
-    def _cursor(self) -> QTextCursor:
-        cur = self.transcript.textCursor()
-        cur.movePosition(QTextCursor.MoveOperation.End)
-        return cur
-
-    def _insert_hint(self) -> None:
-        cur = self._cursor()
-        fmt = QTextCharFormat()
-        fmt.setForeground(QColor(self.colors.muted))
-        cur.insertText(
-            "Ask anything. Replies stream here; with speculation on, accepted draft tokens "
-            "are highlighted and the numbers under each reply show what it bought.",
-            fmt,
-        )
-
-    def _insert_header(self, role: str) -> None:
-        cur = self._cursor()
-        if not self.transcript.document().isEmpty():
-            cur.insertBlock()
-            cur.insertBlock()
-        fmt = QTextCharFormat()
-        fmt.setFontWeight(QFont.Weight.Bold)
-        fmt.setForeground(QColor(self.colors.accent if role == "user" else self.colors.text))
-        cur.insertText("You" if role == "user" else "Assistant", fmt)
-        cur.insertBlock()
-
-    def _insert_text(self, text: str, draft: bool) -> None:
-        if not text:
-            return
-        cur = self._cursor()
-        fmt = QTextCharFormat()
-        fmt.setForeground(QColor(self.colors.text))
-        if draft and self.highlight_box.isChecked():
-            fmt.setBackground(QColor(self.colors.draft_bg))
-        cur.insertText(text, fmt)
-
-    def _insert_footer(self, m: Message) -> None:
-        cur = self._cursor()
-        small = QTextCharFormat()
-        small.setForeground(QColor(self.colors.muted))
-        small.setFontPointSize(max(self.font().pointSizeF() - 1, 7))
-        lines = []
-        if m.stats.get("line"):
-            lines.append(("stats", m.stats["line"]))
-        fb = fallback_line(m.stats) if m.stats else None
-        if fb:
-            lines.append(("warn", fb))
-        if m.status == "interrupted":
-            lines.append(("warn", "This reply was interrupted (the app closed while it streamed)."))
-        if m.stats.get("error"):
-            lines.append(("error", f"Error: {m.stats['error']}"))
-        for kind, text in lines:
-            cur.insertBlock()
-            f = QTextCharFormat(small)
-            if kind == "warn":
-                f.setForeground(QColor(self.colors.warn))
-            elif kind == "error":
-                f.setForeground(QColor(self.colors.bad))
-            cur.insertText(text, f)
-
-    def _scroll_to_end(self) -> None:
-        bar = self.transcript.verticalScrollBar()
-        bar.setValue(bar.maximum())
+        self.transcript.show_messages(self._messages())
 
     def _on_highlight(self, on: bool) -> None:
         self.settings.highlight_drafts = on
+        self.transcript.highlight = on
         self.settings_changed.emit()
         if self.job is None:
             self.render()
@@ -511,16 +312,12 @@ class ChatView(QWidget):
         if len([m for m in self._messages() if m.role == "user"]) == 1:
             title = text.splitlines()[0][:48]
             self.store.rename(self.conv_id, title)
-            item = self.conv_list.currentItem()
-            if item is not None:
-                self.conv_list.blockSignals(True)
-                item.setText(title)
-                self.conv_list.blockSignals(False)
+            self.conversations.set_current_title(title)
         self.input.clear()
         if self.transcript.document().characterCount() > 1 and not self._messages()[:-1]:
             self.transcript.clear()
-        self._insert_header("user")
-        self._insert_text(text, False)
+        self.transcript.insert_header("user")
+        self.transcript.insert_text(text, False)
         self._start_reply()
 
     def regenerate(self) -> None:
@@ -561,7 +358,7 @@ class ChatView(QWidget):
         self._reply_notices = []
         self._reply_id = self.store.add_message(self.conv_id, "assistant", "", status="streaming")
         self._reply_conv = self.conv_id
-        self._insert_header("assistant")
+        self.transcript.insert_header("assistant")
         self.job = Job(request=request, tag="chat")
         self.job.live.label = "reply"
         self.panels.set_runs([(self.job.live, "reply", self.colors.accent)])
@@ -570,7 +367,7 @@ class ChatView(QWidget):
         self._stream_timer.start()
         self.state_label.setText("Waiting for the engine…")
         self._update_buttons()
-        self._scroll_to_end()
+        self.transcript.scroll_to_end()
 
     def stop(self) -> None:
         if self.job is not None:
@@ -585,18 +382,17 @@ class ChatView(QWidget):
         segments: list[Segment] = self.job.live.drain_text()
         if not segments:
             return
-        bar = self.transcript.verticalScrollBar()
-        at_end = bar.value() >= bar.maximum() - 4
+        at_end = self.transcript.at_end()
         visible = self.conv_id == self._reply_conv  # the user may have switched conversations
         for seg in segments:
             if visible:
-                self._insert_text(seg.text, seg.from_draft)
+                self.transcript.insert_text(seg.text, seg.from_draft)
             if self._reply_segments and self._reply_segments[-1][1] == seg.from_draft:
                 self._reply_segments[-1] = (self._reply_segments[-1][0] + seg.text, seg.from_draft)
             else:
                 self._reply_segments.append((seg.text, seg.from_draft))
         if at_end:
-            self._scroll_to_end()
+            self.transcript.scroll_to_end()
         self._since_save += 1
         if self._since_save >= int(SAVE_EVERY_S * STREAM_HZ) and self._reply_id is not None:
             self._since_save = 0
@@ -642,14 +438,14 @@ class ChatView(QWidget):
             )
             msg = Message(self._reply_id, "assistant", content, self._reply_segments, stats, status)
             if self.conv_id == self._reply_conv:
-                self._insert_footer(msg)
+                self.transcript.insert_footer(msg)
         self._reply_id = None
         if done.finish_reason == "error":
             self.banner.show_message(done.error or "The reply failed.", error=True)
             self.state_label.setText("The reply failed.")
         else:
             self.state_label.setText(stats["line"])
-        self._scroll_to_end()
+        self.transcript.scroll_to_end()
         self._update_buttons()
         self.reply_finished.emit(done)
 
@@ -673,49 +469,9 @@ class ChatView(QWidget):
         self.settings.show_panels = on
         self.settings_changed.emit()
 
-    def _on_system_changed(self) -> None:
-        text = self.system_edit.toPlainText()
-        self.settings.system_prompt = text
+    def _on_system_changed(self, text: str) -> None:
         if self.conv_id is not None:
             self.store.set_system_prompt(self.conv_id, text)
-        self.settings_changed.emit()
-
-    def _on_sampling_changed(self) -> None:
-        self.settings.temperature = self.temp_spin.value()
-        self.settings.top_p = self.top_p_spin.value()
-        self.settings.max_tokens = self.max_spin.value()
-        p = self.preset_combo.currentData()
-        if p is not None and (p.temperature, p.top_p, p.max_tokens) != (
-            self.settings.temperature, self.settings.top_p, self.settings.max_tokens
-        ):
-            self.preset_combo.setCurrentIndex(0)
-        self.settings_changed.emit()
-
-    def _apply_preset(self, index: int) -> None:
-        p = self.preset_combo.itemData(index)
-        if p is None:
-            return
-        for w, v in ((self.temp_spin, p.temperature), (self.top_p_spin, p.top_p),
-                     (self.max_spin, p.max_tokens)):
-            w.blockSignals(True)
-            w.setValue(v)
-            w.blockSignals(False)
-        self._on_sampling_changed()
-        self.preset_combo.setCurrentIndex(index)
-
-    def save_preset(self, name: str | None = None) -> None:
-        if name is None:
-            name, ok = QInputDialog.getText(self, "Save preset", "Preset name:")
-            if not ok:
-                return
-        name = name.strip()
-        if not name:
-            return
-        preset = Preset(name, self.temp_spin.value(), self.top_p_spin.value(), self.max_spin.value())
-        self.settings.presets = [p for p in self.settings.presets if p.name != name] + [preset]
-        self._fill_presets()
-        self.preset_combo.setCurrentIndex(self.preset_combo.count() - 1)
-        self.settings_changed.emit()
 
     def shutdown(self) -> None:
         """Window closing: stop streaming; the partial reply is already saved on finish/next start."""

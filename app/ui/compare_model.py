@@ -1,6 +1,6 @@
 """Compare: the off/on run plan and the result card's numbers (plain Python, no Qt).
 
-Measurement rules (DESIGN.md): ratios within one session, alternating A/B (off, on, off, on…),
+Measurement rules: ratios within one session, alternating A/B (off, on, off, on…),
 medians over repeats, a short warm-up of each mode first and never counted, and the result
 flagged when other programs competed for the CPU while it ran.
 """

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -18,7 +17,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -27,10 +25,11 @@ from PySide6.QtWidgets import (
 from app.ui.compare_model import WARMUP_TOKENS, CpuMeter, PlannedRun, RunResult, plan, summarize
 from app.ui.format import KIND_LABELS, format_bytes
 from app.ui.panels import LivePanels
-from app.ui.settings import Settings
-from app.ui.theme import LIGHT, Colors
-from app.ui.widgets import Banner, SpecCombo, add_shortcut
-from app.ui.worker import EngineClient, Job, ModelState
+from app.ui.text_runs import append_run
+from app.ui.theme import Colors
+from app.ui.view_deps import View, ViewDeps
+from app.ui.widgets import SpecCombo, add_shortcut, splitter
+from app.ui.worker import Job, ModelState
 
 DEFAULT_PROMPT = (
     "Fix the spelling mistakes in this paragraph and return it unchanged otherwise:\n\n"
@@ -40,23 +39,12 @@ DEFAULT_PROMPT = (
 )
 
 
-class CompareView(QWidget):
+class CompareView(View):
     compare_finished = Signal(object)  # CompareSummary | None
 
-    def __init__(
-        self,
-        client: EngineClient,
-        settings: Settings,
-        banner: Banner,
-        parent: QWidget | None = None,
-        *,
-        colors: Colors = LIGHT,
-    ):
-        super().__init__(parent)
-        self.client = client
-        self.settings = settings
-        self.banner = banner
-        self.colors = colors
+    def __init__(self, deps: ViewDeps, parent: QWidget | None = None):
+        super().__init__(deps, parent)
+        client = self.client
         self._plan: list[PlannedRun] = []
         self._step = 0
         self._job: Job | None = None
@@ -186,15 +174,7 @@ class CompareView(QWidget):
         tv.addLayout(mid, 1)
 
         self.panels = LivePanels(colors=self.colors)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(top)
-        split.addWidget(self.panels)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setChildrenCollapsible(False)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(10, 8, 10, 8)
-        outer.addWidget(split)
+        self.body_layout().addWidget(splitter(Qt.Orientation.Vertical, (top, 3), (self.panels, 2)))
 
         add_shortcut(self, "Ctrl+Return", self.run)
         add_shortcut(self, Qt.Key.Key_Escape, self.stop)
@@ -212,13 +192,7 @@ class CompareView(QWidget):
             self._show_summary(partial=False, contention=self.summary.cpu_contention)
 
     def _insert(self, view: QTextBrowser, text: str, draft: bool) -> None:
-        cur = view.textCursor()
-        cur.movePosition(QTextCursor.MoveOperation.End)
-        fmt = QTextCharFormat()
-        fmt.setForeground(QColor(self.colors.text))
-        if draft:
-            fmt.setBackground(QColor(self.colors.draft_bg))
-        cur.insertText(text, fmt)
+        append_run(view, text, self.colors, highlight=draft)
 
     def _set_titles(self) -> None:
         kind = KIND_LABELS[self.kind_combo.kind()]

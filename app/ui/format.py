@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.units import format_bytes  # noqa: F401 - re-exported for the views
+from app.units import format_bytes, format_params  # noqa: F401 - re-exported for the views
 
 KIND_LABELS = {
     "none": "Off",

@@ -39,6 +39,9 @@ class AppContext:
 class MainWindow(QMainWindow):
     def __init__(self, ctx: AppContext):
         super().__init__()
+        from app.demo.builtins import register_demo_models
+
+        register_demo_models()
         self.ctx = ctx
         self.settings = ctx.settings
         self.setWindowTitle("DraftPair")
@@ -59,19 +62,19 @@ class MainWindow(QMainWindow):
         from app.ui.chat_view import ChatView
         from app.ui.compare_view import CompareView
         from app.ui.models_view import ModelsView
+        from app.ui.view_deps import ViewDeps
 
-        self.chat = ChatView(self.client, ctx.chat_store, self.settings, self.banner,
-                             colors=self.colors)
-        self.compare = CompareView(self.client, self.settings, self.banner, colors=self.colors)
-        self.models = ModelsView(self.client, self.settings, self.banner, ctx,
-                                 colors=self.colors)
+        deps = ViewDeps(self.client, self.settings, self.banner, self.colors)
+        self.chat = ChatView(deps, ctx.chat_store)
+        self.compare = CompareView(deps)
+        self.models = ModelsView(deps, ctx)
         self.views: dict[str, QWidget] = {
             "Chat": self.chat, "Compare": self.compare, "Models": self.models,
         }
         try:
             from app.ui.bench_view import BenchView
 
-            self.bench = BenchView(self.client, self.settings, self.banner, colors=self.colors)
+            self.bench = BenchView(deps)
             self.views["Bench"] = self.bench
         except ImportError:
             self.bench = None

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QSplitter,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -123,3 +124,17 @@ def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> No
     sc = QShortcut(QKeySequence(key), parent)
     sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
     sc.activated.connect(slot)
+
+
+def splitter(orientation: Qt.Orientation, *panes: tuple[QWidget, int],
+             sizes: list[int] | None = None) -> QSplitter:
+    """Panes side by side that never collapse; each pane is (widget, stretch factor)."""
+    split = QSplitter(orientation)
+    for i, (widget, stretch) in enumerate(panes):
+        split.addWidget(widget)
+        if stretch:
+            split.setStretchFactor(i, stretch)
+    split.setChildrenCollapsible(False)
+    if sizes:
+        split.setSizes(sizes)
+    return split

@@ -216,9 +216,9 @@ def _same_model(loaded: Any, name: str) -> bool:
     from pathlib import Path
 
     try:
-        from app.engine.models import resolve_path
+        from app.checkpoints.resolve import resolve_model
 
-        return resolve_path(name).resolve() == Path(loaded.path).resolve()
+        return resolve_model(name).resolve() == Path(loaded.path).resolve()
     except Exception:
         return False
 

@@ -53,6 +53,20 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     return out
 
 
+def _warm_start(state: dict) -> str:
+    w = state.get("warm_start")
+    if not w:
+        return ""
+    r = w.get("recipe") or {}
+    mins = w.get("train_seconds", 0) / 60
+    curve = w.get("curve") or []
+    last = curve[-1] if curve else {}
+    return (f"This run started from the weights of an earlier run in the same folder "
+            f"({mins:.0f} min, {w.get('step', '?')} steps, block size {r.get('block_size', '?')}, "
+            f"position weights gamma {r.get('gamma', '?')}; its last held-out point: loss "
+            f"{last.get('loss', '?')}, accepted/block {last.get('accepted', '?')}).\n\n")
+
+
 def model_card(state: dict, cfg, recipe, n_params: int, size_mb: float, which: str,
                n_head: int) -> str:
     curve = state.get("curve") or []
@@ -102,12 +116,13 @@ accuracy at each block position.
 |---|---|---|---|---|---|---|
 {rows}
 
-Exported {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
+{_warm_start(state)}Exported {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
 
 ## Rebuild
 ```
 draftpair demo train --phase generate            # teacher replies (hours on a CPU)
-draftpair demo train-dflash --teacher <that workdir> --minutes {recipe.minutes:.0f}
+draftpair demo train-dflash --teacher <that workdir> --layers {recipe.layers} \\
+    --block-size {recipe.block_size} --taps {recipe.n_taps} --lr {recipe.lr} --minutes {recipe.minutes:.0f}
 draftpair demo export-dflash
 ```
 """

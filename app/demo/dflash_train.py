@@ -58,8 +58,8 @@ class Recipe:
     warmup: int = 100
     minutes: float = 60.0  # planned training time; the learning rate decays over it
     seqs: int = 4  # sequences per step
-    anchors: int = 16  # blocks per sequence
-    gamma: float = 4.0
+    anchors: int = 24  # blocks per sequence
+    gamma: float = 2.0  # position weights exp(-(j-1)/gamma): early positions get accepted
     weight_decay: float = 0.01
     seed: int = 0
 
@@ -259,6 +259,10 @@ class Trainer:
         ckpt = workdir / "latest.safetensors"
         if ckpt.exists():
             self.model.load_weights(str(ckpt))
+            if not self.state:  # weights without a run state: an earlier recipe's checkpoint
+                prev = workdir / "state.prev.json"
+                self.state["warm_start"] = (json.loads(prev.read_text()) if prev.exists()
+                                            else {"note": "weights of an earlier run"})
         else:
             init_from_target(self.model, target, recipe.init_layers)
         self.model.set_dtype(mx.float32)

@@ -192,10 +192,14 @@ class DFlashDrafter(Drafter):
         self.n_rows = 0  # rows received in this request (= positions the target fed)
         self.n_cached = 0
         self.lost = False
-        self.rounds = self.proposed = self.accepted = self.skipped = 0
+        self.rounds = self.proposed = self.accepted = 0
         # adaptive: each round proposes only as many of the block's tokens as pay, judged by
         # the drafter's own confidence (exactness does not depend on it)
         self.adaptive = adaptive
+        # the loop's width policy decides whether a round drafts at all; once it does, the
+        # drafter is asked for its whole block and stops where its confidence says
+        self.adaptive_width = adaptive
+        self.stops_early = adaptive
         self.calibration = calibration
         self._verify: dict[int, float] = {}
 
@@ -209,7 +213,7 @@ class DFlashDrafter(Drafter):
         self.stochastic = not sampling.greedy
         self.cache = self.net.make_cache()
         self.rows, self.n_rows, self.n_cached, self.lost = [], 0, 0, False
-        self.rounds = self.proposed = self.accepted = self.skipped = 0
+        self.rounds = self.proposed = self.accepted = 0
         return []
 
     def _take(self, hidden: Hidden | None) -> None:
@@ -268,9 +272,6 @@ class DFlashDrafter(Drafter):
         if self.adaptive:
             mx.eval(tokens, conf)
             k = self.choose_width(conf.tolist(), pending)
-            if k == 0:
-                self.skipped += 1
-                return None
             tokens = tokens[:k]
             probs = probs[:k] if self.stochastic else None
         if self.stochastic:
@@ -289,17 +290,18 @@ class DFlashDrafter(Drafter):
         return 1.0 + VERIFY_SLOPE * (n - 1)
 
     def choose_width(self, conf: list[float], pending: bool) -> int:
-        """The number of proposals with the most expected tokens per unit of verify cost,
-        taking the drafter's own probabilities as acceptance chances (the drafting pass is
-        already paid). 0: a plain step pays more."""
+        """How many of the block's proposals to send: the first always (whether a round
+        drafts at all is the loop's width policy's call, from observed acceptance), then as
+        many as raise the expected tokens per unit of verify cost, taking the drafter's own
+        probabilities as acceptance chances (the drafting pass is already paid)."""
         base = 1 if pending else 0  # the pending token is fed with the proposals
-        best_k, best = 0, 1.0  # a plain step: one token for one step
+        best_k = best = 0
         run = expect = 1.0
         for j, c in enumerate(conf):
-            run *= max(0.0, min(1.0, c)) * self.calibration
+            run *= max(0.0, min(1.0, c * self.calibration))
             expect += run
             ratio = expect / self.verify_cost(base + j + 1)
-            if ratio > best:
+            if j == 0 or ratio > best:
                 best_k, best = j + 1, ratio
         return best_k
 
@@ -382,5 +384,5 @@ class DFlashDrafter(Drafter):
 
     def stats(self) -> dict[str, Any]:
         return {"block_size": self.cfg.block_size, "rounds": self.rounds,
-                "proposed": self.proposed, "accepted": self.accepted, "skipped": self.skipped,
+                "proposed": self.proposed, "accepted": self.accepted,
                 "head": "reduced" if self.assets.head_ids is not None else "target"}

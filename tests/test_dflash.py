@@ -318,3 +318,5 @@ def test_width_follows_confidence_and_verify_cost():
     assert d.choose_width([0.01, 0.01], pending=True) == 1  # the loop decides about drafting
     d._verify = {}
     assert d.verify_cost(1) == 1.0 and d.verify_cost(3) > d.verify_cost(2) > 1.0
+    d._verify = {n: 1.0 for n in range(1, 8)}  # flat timings (a busy machine)
+    assert d.choose_width([0.1] * 6, pending=True) == 1

@@ -35,22 +35,51 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     target_cfg = json.loads((demo_target_dir() / "config.json").read_text())
     cfg = demo_config(target_cfg, recipe)
     weights = {k: v.astype(mx.float16) for k, v in mx.load(str(ckpt)).items()}
+    calibration, held = heldout_calibration(workdir, cfg, weights)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    (tmp / "config.json").write_text(json.dumps(config_json(cfg, head="draft_head.json"),
-                                                indent=2) + "\n")
+    config = config_json(cfg, head="draft_head.json")
+    if calibration:
+        config["draftpair_calibration"] = calibration
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
     shutil.copy(workdir / "draft_head.json", tmp / "draft_head.json")
     n_params = sum(int(v.size) for v in weights.values())
     size_mb = (tmp / "model.safetensors").stat().st_size / 1e6
     n_head = len(json.loads((workdir / "draft_head.json").read_text())["token_ids"])
     (tmp / "MODEL_CARD.md").write_text(model_card(state, cfg, recipe, n_params, size_mb, which,
-                                                  n_head))
+                                                  n_head, held, calibration))
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
     return out
+
+
+def heldout_calibration(workdir: Path, cfg, weights) -> tuple[list[float], dict]:
+    """Per block position: held-out accuracy / mean confidence of the exported weights (the
+    drafter scales its confidence by it when it sizes a round)."""
+    import mlx.core as mx
+    from mlx_lm import load
+
+    from app.demo.dflash_features import FeatureStore
+    from app.demo.dflash_train import Batcher, DFlashModel, acceptance
+    from app.demo.target import demo_target_dir
+    from app.engine.models import dequantized_weight
+
+    seqs = FeatureStore(workdir / "heldout").load()
+    if not seqs:
+        return [], {}
+    target, _ = load(str(demo_target_dir()))
+    ids = json.loads((workdir / "draft_head.json").read_text())["token_ids"]
+    embed = dequantized_weight(target.model.embed_tokens).astype(mx.float32)
+    model = DFlashModel(cfg)
+    model.load_weights(list(weights.items()))
+    model.set_dtype(mx.float32)
+    m = acceptance(model, embed[mx.array(ids)], Batcher(cfg, embed, ids, 2.0), seqs)
+    cal = [round(min(1.0, a / c), 3) if c > 0 else 0.0
+           for a, c in zip(m["pos_acc"], m["pos_conf"], strict=True)]
+    return cal, m
 
 
 def _warm_start(state: dict) -> str:
@@ -68,7 +97,7 @@ def _warm_start(state: dict) -> str:
 
 
 def model_card(state: dict, cfg, recipe, n_params: int, size_mb: float, which: str,
-               n_head: int) -> str:
+               n_head: int, held: dict, calibration: list[float]) -> str:
     curve = state.get("curve") or []
     step = state.get("best_step") if which == "best" else state.get("step")
     rows = "\n".join(
@@ -115,6 +144,12 @@ accuracy at each block position.
 | step | minutes | teacher tokens | loss | accepted | accepted (3) | per position |
 |---|---|---|---|---|---|---|
 {rows}
+
+Exported weights (float16) on the same held-out replies: accepted/block
+{held.get('accepted', 0):.3f}, per position accuracy {held.get('pos_acc')}, mean confidence
+{held.get('pos_conf')}; `draftpair_calibration` in config.json (accuracy / confidence per
+position, {calibration}) scales the drafter's confidence when it decides how many of its
+block's tokens a round sends.
 
 {_warm_start(state)}Exported {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
 

@@ -214,14 +214,17 @@ def acceptance(model, head_w, batcher: Batcher, seqs: list[Sequence]) -> dict:
 
     rng = random.Random(0)
     correct_pos = np.zeros(batcher.cfg.block_size - 1)
+    conf_pos = np.zeros(batcher.cfg.block_size - 1)
     runs_full, runs_3, n_blocks = 0.0, 0.0, 0
     for i in range(0, len(seqs), 4):
         part = seqs[i: i + 4]
         emb, pos, feats, mask, lab, wt = batcher.make(part, 64, rng, every=3)
         logits = block_logits(model, head_w, emb, pos, feats, mask)
         ok = (mx.argmax(logits, axis=-1) == lab) & (wt > 0)
+        conf = np.array(mx.max(mx.softmax(logits, axis=-1), axis=-1))
         valid = np.array(wt[..., 0] > 0)
         ok = np.array(ok)
+        conf_pos += conf[valid].sum(axis=0)
         lead = np.cumprod(ok, axis=-1)
         runs_full += float(lead.sum(axis=-1)[valid].sum())
         runs_3 += float(lead[..., :3].sum(axis=-1)[valid].sum())
@@ -229,7 +232,8 @@ def acceptance(model, head_w, batcher: Batcher, seqs: list[Sequence]) -> dict:
         n_blocks += int(valid.sum())
     n = max(n_blocks, 1)
     return {"blocks": n_blocks, "accepted": runs_full / n, "accepted_k3": runs_3 / n,
-            "pos_acc": [round(float(x) / n, 3) for x in correct_pos]}
+            "pos_acc": [round(float(x) / n, 3) for x in correct_pos],
+            "pos_conf": [round(float(x) / n, 3) for x in conf_pos]}
 
 
 class Trainer:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 DEMO_FOLDER = "demo-dflash"
 # verify cost per extra token until measured (CPU figures: 4-5 tokens ~1.05 steps, 8 ~1.4)
 VERIFY_SLOPE = 0.06
+MIN_VERIFY_SLOPE = 0.02  # every verified token costs at least this much
 
 
 @dataclass
@@ -51,6 +52,7 @@ class DFlashAssets:
     model: DFlashModel
     head_ids: mx.array | None  # reduced head: target ids of the rows used
     head_w: mx.array | None
+    calibration: tuple[float, ...] = ()
 
     @property
     def config(self) -> DFlashConfig:
@@ -124,7 +126,18 @@ def load(path: Path, target: LoadedModel) -> DFlashAssets:
     if problem:
         raise DraftPairError(problem[0].upper() + problem[1:] + ".")
     ids, w = _reduced_head(path, target, target.vocab_size)
-    return DFlashAssets(path=path, model=model, head_ids=ids, head_w=w)
+    return DFlashAssets(path=path, model=model, head_ids=ids, head_w=w,
+                        calibration=_calibration(path))
+
+
+def _calibration(folder: Path) -> tuple[float, ...]:
+    """Per block position, how far the drafter's confidence is to be trusted (DraftPair's own
+    demo drafter measures it on held-out replies; other drafters: 1)."""
+    try:
+        raw = json.loads((folder / "config.json").read_text()).get("draftpair_calibration")
+        return tuple(min(1.0, max(0.0, float(x))) for x in raw or ())
+    except (OSError, ValueError, TypeError):
+        return ()
 
 
 def _demo_assets(ctx: DrafterContext) -> DFlashAssets | None:
@@ -285,8 +298,9 @@ class DFlashDrafter(Drafter):
         """A target pass over ``n`` tokens, in plain steps (measured at warm-up)."""
         if n <= 1:
             return 1.0
+        floor = 1.0 + MIN_VERIFY_SLOPE * (n - 1)  # timings on a busy machine can be flat
         if n in self._verify:
-            return self._verify[n]
+            return max(self._verify[n], floor)
         return 1.0 + VERIFY_SLOPE * (n - 1)
 
     def choose_width(self, conf: list[float], pending: bool) -> int:
@@ -297,8 +311,10 @@ class DFlashDrafter(Drafter):
         base = 1 if pending else 0  # the pending token is fed with the proposals
         best_k = best = 0
         run = expect = 1.0
+        scale = self.assets.calibration if getattr(self, "assets", None) else ()
         for j, c in enumerate(conf):
-            run *= max(0.0, min(1.0, c * self.calibration))
+            f = scale[j] if j < len(scale) else 1.0
+            run *= max(0.0, min(1.0, c * f * self.calibration))
             expect += run
             ratio = expect / self.verify_cost(base + j + 1)
             if j == 0 or ratio > best:

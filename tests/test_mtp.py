@@ -64,10 +64,9 @@ def test_head_reads_the_qwen_layout(qwen):
 def test_greedy_mtp_identical_to_plain(qwen, width):
     """Every step a round (fixed width): rejections, rollback of the hybrid target's cache
     and the head's own bookkeeping, and still plain decoding's output, without fallback."""
-    from app.engine.registry import DrafterContext
-
     from app.engine.decode import RoundLoop
     from app.engine.drafters import mtp
+    from app.engine.registry import DrafterContext
     from app.engine.session import Session
 
     s = Session()

@@ -84,6 +84,9 @@ def register(subparsers) -> None:
 
     demo_mtp.register(sub, _workdir_arg)
 
+    from app.cli import demo_dflash
+
+    demo_dflash.register(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -63,6 +63,11 @@ def validate_folder(path: Path) -> dict[str, Any]:
                              detail=technical_detail(exc)) from None
     if not isinstance(config, dict):
         raise ModelLoadError(f"config.json in {path} is not a JSON object.")
+    if "DFlashDraftModel" in (config.get("architectures") or []) or isinstance(
+            config.get("dflash_config"), dict):
+        raise ModelLoadError(
+            f"{path.name} is a DFlash drafter, not a chat model: it only drafts for the model "
+            "it was made for (choose it as that model's draft).")
     weights = list(path.glob("*.safetensors"))
     if not weights:
         pickles = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]

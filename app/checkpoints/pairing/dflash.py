@@ -1,4 +1,5 @@
-"""DFlash drafting: the drafter was made for this target (hidden size, layers, mask token)."""
+"""DFlash drafting: the drafter was made for this target (hidden size, layers, vocabulary,
+mask token)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,14 @@ def dflash_findings(t: CheckpointInfo, d: CheckpointInfo, out: FindingList) -> N
         )
     mask = df.get("mask_token_id")
     tv = t.effective_vocab
+    dv = d.cfg().get("vocab_size")
+    if isinstance(dv, int) and tv and dv != tv:
+        out.add(
+            "dflash.vocab_mismatch",
+            BLOCKER,
+            "This DFlash drafter was made for a target with a different vocabulary.",
+            f"draft vocab_size {dv} != target vocab {tv}",
+        )
     if mask is None:
         out.add(
             "dflash.config_incomplete",

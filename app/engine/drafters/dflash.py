@@ -154,9 +154,11 @@ def _demo_assets(ctx: DrafterContext) -> DFlashAssets | None:
 
 def _is_demo_target(target: LoadedModel) -> bool:
     try:
-        from app.demo.target import demo_target_dir
+        from app.checkpoints.builtins import get
 
-        return Path(target.path).resolve() == demo_target_dir().resolve()
+        demo = get("demo")
+        folder = demo.present() if demo is not None else None
+        return folder is not None and Path(target.path).resolve() == Path(folder).resolve()
     except Exception:  # noqa: BLE001 - no demo target prepared: not the demo target
         return False
 

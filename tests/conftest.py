@@ -6,6 +6,7 @@ Qt; the thread/timer guard only arms itself when PySide6 is already imported.
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -25,6 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
     register_demo_models()  # what the CLI and the app do at start-up
     for pattern in QT_LOG_IGNORE:
         config.addinivalue_line("qt_log_ignore", pattern)
+    # No automatic cycle collection in the test process: it would run on whichever thread
+    # allocates (an engine or pool thread) and free Qt wrappers of an earlier test there, which
+    # deadlocks PySide. Each test ends with a collection on the main thread instead, and the
+    # main window collects on its own GUI-thread timer (app.ui.gui_gc), as the app does.
+    gc.disable()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()  # what imports and collection built stays: each test's collection stays cheap
 
 
 # -- Qt: fail a test that leaves threads or timers running (napari conftest) -------------------
@@ -32,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _no_dangling_qt(request: pytest.FixtureRequest):
     if "PySide6.QtCore" not in sys.modules:
         yield
+        gc.collect()
         return
     from PySide6.QtCore import QThread, QThreadPool, QTimer
     from shiboken6 import isValid
@@ -63,6 +75,9 @@ def _no_dangling_qt(request: pytest.FixtureRequest):
         yield
     finally:
         mp.undo()
+    # Qt wrappers left in reference cycles are freed now, on the GUI thread, not by a later
+    # collection that happens to run on an engine or pool thread of another test.
+    gc.collect()
     problems = []
     for t in threads:
         if isValid(t) and t.isRunning():

@@ -276,3 +276,25 @@ def test_bench_view_runs_the_quick_suite_on_the_loaded_pair(qtbot, make_window, 
     assert "Off" in conditions and len(conditions) >= 2
     assert len(bench._bars) >= 2  # one bar per speculative row + the 1.0x line
     assert bench.progress.value() == 1000
+
+
+def test_cycles_are_collected_on_the_gui_thread_while_a_window_lives(qtbot):
+    import gc
+
+    from PySide6.QtWidgets import QWidget
+
+    from app.ui.gui_gc import GuiThreadCollection
+
+    gc.enable()  # as in the app before the window opens (the test process runs with it off)
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    try:
+        collection = GuiThreadCollection(owner, interval_s=0.05)
+        timer = collection._collector.timer
+        assert not gc.isenabled()  # no collection may start on the engine or a pool thread
+        assert timer.isActive() and timer.parent() is owner
+        assert timer.thread() is owner.thread()  # collections run on the GUI thread
+        collection.stop()
+        assert gc.isenabled() and not timer.isActive()
+    finally:
+        gc.disable()

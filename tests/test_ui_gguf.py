@@ -3,7 +3,6 @@ imports through the `draftpair models import` child process, cancel, drag and dr
 
 from __future__ import annotations
 
-import gc
 import json
 
 import pytest
@@ -16,14 +15,6 @@ from tests.gguf_files import write_gguf
 from tests.test_gguf_discovery import build_library, ggufs, home  # noqa: F401 - fixtures
 
 IMPORT_TIMEOUT = 120_000
-
-
-@pytest.fixture(autouse=True)
-def _collect_on_the_gui_thread():
-    """Qt wrappers left in reference cycles are freed here, on the GUI thread, not later by
-    a garbage collection that happens to run on the engine thread."""
-    yield
-    gc.collect()
 
 
 @pytest.fixture

@@ -139,6 +139,9 @@ class MainWindow(QMainWindow):
         self.chat.draft_section.use_pair.connect(self._use_pair)  # the Chat sidebar's picker
         self.chat.draft_section.store_of = lambda: self.ctx.checkpoint_store
 
+        from app.ui.gui_gc import GuiThreadCollection
+
+        self._collection = GuiThreadCollection(self)  # cycles freed here, never on the engine thread
         self._save_timer = QTimer(self)
         self._save_timer.setSingleShot(True)
         self._save_timer.setInterval(500)  # throttle bursts of edits into one write
@@ -326,4 +329,5 @@ class MainWindow(QMainWindow):
                     handler()
             self.server.stop()
             self.client.shutdown()
+            self._collection.stop()
         super().closeEvent(event)

@@ -55,12 +55,13 @@ def _dirs(args) -> tuple[Path, Path]:
 
 def _train(args) -> int:
     from app.demo import dflash_train
+    from app.demo.train.workdir import Logger
 
     work, teacher = _dirs(args)
     recipe = dflash_train.Recipe(layers=args.layers, init_layers=tuple(range(args.layers)),
                                  block_size=args.block_size,
                                  n_taps=args.taps, lr=args.lr, minutes=args.minutes)
-    dflash_train.run(work, teacher, recipe, log=dflash_train.Logger(work))
+    dflash_train.run(work, teacher, recipe, log=Logger(work))
     return 0
 
 

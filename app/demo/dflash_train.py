@@ -32,22 +32,6 @@ from app.engine.drafters.dflash_model import DFlashConfig, DFlashModel, default_
 MASK_TOKEN = 16  # <empty_output>: a special token the chat template never emits
 
 
-class Logger:
-    """UTC-stamped lines to ``WORKDIR/train.log`` (and stdout)."""
-
-    def __init__(self, workdir: Path, echo: bool = True):
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.path = workdir / "train.log"
-        self.echo = echo
-
-    def __call__(self, msg: str) -> None:
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{os.getpid()}] {msg}"
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-        if self.echo:
-            print(line, flush=True)
-
-
 @dataclass
 class Recipe:
     layers: int = 1

@@ -30,6 +30,8 @@ import numpy as np
 
 from app.demo import teacher
 from app.demo.features import FeatureStore, teacher_items
+from app.demo.train.init_draft import choose_head
+from app.demo.train.workdir import Logger
 from app.engine.drafters.mtp_head import (
     POSTNORM,
     PRENORM,
@@ -37,6 +39,7 @@ from app.engine.drafters.mtp_head import (
     inner_model,
     new_layer_like,
 )
+from app.fileio import atomic_write_json
 
 SOFT_K = 8
 HEAD_SIZE = 8192
@@ -57,49 +60,6 @@ class MTPTrainConfig:
     hidden_state: str = POSTNORM
     head_size: int = HEAD_SIZE
     seed: int = 0
-
-
-def log_to(workdir: Path):
-    path = workdir / "train.log"
-
-    def log(msg: str) -> None:
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{os.getpid()}] {msg}"
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-        print(line, flush=True)
-
-    return log
-
-
-def _atomic_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def choose_head_ids(records: list[dict], size: int, always: list[int], vocab: int) -> list[int]:
-    """Top-``size`` target ids by frequency in the replies (+ teacher top-k, then prompts)."""
-    from collections import Counter
-
-    c: Counter = Counter()
-    for r in records:
-        c.update(r["reply_ids"])
-        for row in r.get("topk_ids") or []:
-            c.update(row[:4])
-    p: Counter = Counter()
-    for r in records:
-        p.update(r["prompt_ids"])
-    ids = {int(t) for t in always}
-    for counter in (c, p):
-        for t, _ in counter.most_common():
-            if len(ids) >= size:
-                break
-            ids.add(int(t))
-    t = 0
-    while len(ids) < size and t < vocab:
-        ids.add(t)
-        t += 1
-    return sorted(ids)
 
 
 def init_demo_module(target) -> MTPModule:
@@ -141,8 +101,8 @@ class MTPTrainer:
             recs = teacher.load_records(teacher_dir)
             always = sorted({int(t) for t in tokenizer.eos_token_ids}
                             | {int(t) for t in tokenizer.all_special_ids})
-            ids = choose_head_ids(recs, self.cfg.head_size, always, self.vocab)
-            _atomic_json(head_file, {"format": 1, "token_ids": ids})
+            ids = choose_head(recs, self.cfg.head_size, always, self.vocab)
+            atomic_write_json(head_file, {"format": 1, "token_ids": ids})
         self.set_head(json.loads(head_file.read_text())["token_ids"])
         self.module = init_demo_module(target)
         import mlx.optimizers as optim
@@ -155,7 +115,7 @@ class MTPTrainer:
         if run:
             self._resume(run)
         else:
-            _atomic_json(run_path, {"config": asdict(self.cfg), "created": _now()})
+            atomic_write_json(run_path, {"config": asdict(self.cfg), "created": _now()})
         self.heldout: list[dict] = []
         self.train: list[dict] = []
         self.soft: dict[str, dict] = {}
@@ -340,7 +300,7 @@ class MTPTrainer:
         st = dict(tree_flatten(self.opt.state))
         mx.save_safetensors(str(self.ckpt / "optimizer.tmp.safetensors"), st)
         os.replace(self.ckpt / "optimizer.tmp.safetensors", self.ckpt / "optimizer.safetensors")
-        _atomic_json(self.ckpt / "meta.json", {
+        atomic_write_json(self.ckpt / "meta.json", {
             "step": self.step, "train_seconds": self.train_seconds,
             "tokens_seen": self.tokens_seen, "best_score": self.best_score, "time": _now()})
 
@@ -364,7 +324,7 @@ class MTPTrainer:
         if best:
             self.best_score = ev["agreement"]
             self._save_weights(self.best)
-            _atomic_json(self.best / "meta.json", {
+            atomic_write_json(self.best / "meta.json", {
                 "step": self.step, "train_seconds": self.train_seconds,
                 "tokens_seen": self.tokens_seen, "eval": ev,
                 "train_records": len(self.train), "time": _now()})
@@ -437,7 +397,7 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
     from app.demo.target import ensure_demo_target
 
     workdir.mkdir(parents=True, exist_ok=True)
-    log = log_to(workdir)
+    log = Logger(workdir)
     if setting not in (PRENORM, POSTNORM):
         raise ValueError(setting)
     target, tok = load(str(ensure_demo_target(log)))

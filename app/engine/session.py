@@ -199,7 +199,7 @@ class Session:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
         if reason is not None:
             if not req.allow_fallback:
-                raise DraftPairError(f"Speculation ({kind}) cannot run: {reason}.")
+                raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")
             fallback = f"{kind} unavailable: {reason}"
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
             kind = "none"

@@ -197,7 +197,7 @@ class EngineThread:
         kinds = dict(session.available_kinds())
         default = self.default_kind or ("full-model" if session.draft is not None else "none")
         if default != "none" and kinds.get(default):
-            raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default]}.")
+            raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default].rstrip('.')}.")
         ctx = target.config.get("max_position_embeddings")
         self.info = ModelInfo(
             id=self.model_id or target.name,

@@ -271,7 +271,7 @@ class CompareView(View):
         reason = None if remote is not None else self.kind_combo.unavailable_reason()
         if reason:
             self.banner.show_message(
-                f"{KIND_LABELS[self.kind_combo.kind()]} cannot run: {reason}. Choose another "
+                f"{KIND_LABELS[self.kind_combo.kind()]} cannot run: {reason.rstrip('.')}. Choose another "
                 "speculation kind.", error=True,
             )
             return

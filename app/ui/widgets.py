@@ -111,7 +111,7 @@ class SpecCombo(QComboBox):
     def reason_text(self) -> str:
         reason = self._reasons.get(self.kind())
         if reason and self.kind() != "none":
-            return f"{KIND_LABELS[self.kind()]} cannot run: {reason}."
+            return f"{KIND_LABELS[self.kind()]} cannot run: {reason.rstrip('.')}."
         return "How the reply is sped up. Unavailable choices say why in their tooltip."
 
     def unavailable_reason(self) -> str | None:

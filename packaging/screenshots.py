@@ -23,7 +23,7 @@ CHAT_PROMPT = (
     "closes at six. Visitors can borow five books at a time."
 )
 
-COMPARE_PROMPT = "Explain in a short paragraph how a rainbow forms."
+COMPARE_PROMPT = "Write a message to a neighbor asking them to water my plants while I am away."
 
 
 def main() -> int:

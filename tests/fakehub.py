@@ -44,7 +44,8 @@ class FakeHub:
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self.ranges: list[tuple[str, str]] = []  # (path, Range header) of ranged GETs
         self.lock = threading.Lock()
-        self.die_on: tuple[str, int] | None = None  # (file name, bytes to send before dying)
+        self.die_on: tuple[str, int] | None = None  # (file name, bytes to send before dying,
+        # on the first answer longer than that)
         self.throttle_bps: int | None = None
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
@@ -228,26 +229,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        start = 0
+        start, end = 0, len(content) - 1
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes="):
-            start = int(rng[len("bytes=") :].split("-")[0] or 0)
+            first, _, last = rng[len("bytes=") :].partition("-")
+            start = int(first or 0)
+            end = min(int(last), end) if last else end
             with self.fake.lock:
                 self.fake.ranges.append((filename, rng))
-        body = content[start:]
-        self.send_response(206 if start else 200)
+        body = content[start : end + 1]
+        ranged = bool(rng and rng.startswith("bytes="))
+        self.send_response(206 if ranged else 200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(content) - 1}/{len(content)}")
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(content)}")
         self.send_header("ETag", '"' + hashlib.sha256(content).hexdigest() + '"')
         self.send_header("X-Repo-Commit", repo.sha)
         self.end_headers()
         if self.command == "HEAD":
             return
         die = self.fake.die_on
-        if die is not None and die[0] == filename:
+        if die is not None and die[0] == filename and len(body) > die[1]:
             self.wfile.write(body[: die[1]])
             self.wfile.flush()
             self.fake.die_on = None

@@ -5,6 +5,7 @@ Public API:
             store=None, on_message=None, on_download=None, cancel=None) -> Path
         source: a local folder or a repo id (downloaded first, without pickle or code files).
         Never trust_remote_code, never reads .bin/.pt. Raises ConvertError (plain message).
+        A multi-token-prediction head (which mlx-lm drops) is kept in ``dest/mtp/``.
     default_output_name(source, quantize, bits) -> str
 """
 
@@ -123,5 +124,9 @@ def convert(
         raise ConvertError(f"Conversion failed: {user_message(exc)}") from None
     for py in dest.glob("*.py"):  # never keep code next to weights
         py.unlink()
+    if info.mtp_tensors:  # mlx-lm drops the multi-token-prediction head: keep it beside
+        from app.checkpoints.mtp_source import copy_local
+
+        copy_local(src, dest, on_message=say)
     say(f"Saved {dest}")
     return dest

@@ -20,8 +20,6 @@ import fnmatch
 import os
 import shutil
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from app.checkpoints.hub_errors import (
     is_network_error,
     plain_error,
 )
+from app.checkpoints.hub_progress import DownloadProgress, ProgressMeter
 from app.checkpoints.store import hf_cache_dir
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -142,23 +141,6 @@ class HubRepoInfo:
         return any(f.name.endswith(".safetensors") for f in self.files)
 
 
-@dataclass(frozen=True)
-class DownloadProgress:
-    repo_id: str
-    done_bytes: int
-    total_bytes: int
-    rate_bps: float  # bytes per second over the last few seconds
-    eta_s: float | None
-    current_file: str | None
-    files_done: int
-    files_total: int
-    finished: bool = False
-
-    @property
-    def fraction(self) -> float:
-        return self.done_bytes / self.total_bytes if self.total_bytes else 0.0
-
-
 def is_allowed(name: str, allow_patterns: tuple[str, ...] | list[str] = ALLOW_PATTERNS) -> bool:
     base = name.rsplit("/", 1)[-1]
     if any(fnmatch.fnmatch(base, p) for p in NEVER_PATTERNS):
@@ -219,108 +201,13 @@ def repo_info(
     )
 
 
-class _Meter:
-    """Aggregates per-file byte counts into DownloadProgress; raises on cancel."""
-
-    def __init__(
-        self, repo_id: str, total: int, files_total: int, callback, cancel: threading.Event | None
-    ):
-        self.repo_id = repo_id
-        self.total = total
-        self.files_total = files_total
-        self.callback = callback
-        self.cancel = cancel
-        self.done = 0
-        self.files_done = 0
-        self.current: str | None = None
-        self.window: deque[tuple[float, int]] = deque()
-        self.last_emit = 0.0
-        self.lock = threading.Lock()
-
-    def check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
-            raise DownloadCancelled("Download cancelled; run it again to resume.")
-
-    def add(self, n: int) -> None:
-        with self.lock:
-            self.done += n
-            now = time.monotonic()
-            self.window.append((now, self.done))
-            while len(self.window) > 2 and now - self.window[0][0] > 5.0:
-                self.window.popleft()
-            if now - self.last_emit >= 0.1:
-                self.emit()
-        self.check_cancel()
-
-    def credit(self, n: int) -> None:
-        """Count bytes that did not arrive now (kept from an earlier attempt): no rate spike."""
-        with self.lock:
-            self.done += n
-            self.window = deque((t, b + n) for t, b in self.window)
-
-    def rate(self) -> float:
-        if len(self.window) < 2:
-            return 0.0
-        (t0, b0), (t1, b1) = self.window[0], self.window[-1]
-        return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-
-    def emit(self, finished: bool = False) -> None:
-        self.last_emit = time.monotonic()
-        if self.callback is None:
-            return
-        rate = self.rate()
-        remaining = max(self.total - self.done, 0)
-        eta = remaining / rate if rate > 0 else (0.0 if finished else None)
-        self.callback(
-            DownloadProgress(
-                repo_id=self.repo_id,
-                done_bytes=self.done,
-                total_bytes=self.total,
-                rate_bps=rate,
-                eta_s=eta,
-                current_file=self.current,
-                files_done=self.files_done,
-                files_total=self.files_total,
-                finished=finished,
-            )
-        )
-
-    def bar_class(self):
-        meter = self
-
-        class _Bar:
-            """The tqdm-like object huggingface_hub drives while streaming one file."""
-
-            def __init__(self, *args, **kwargs):
-                self.n = int(kwargs.get("initial") or 0)
-                self.total = kwargs.get("total")
-
-            def update(self, n: int = 1) -> None:
-                self.n += n
-                meter.add(n)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc) -> bool:
-                return False
-
-            def close(self) -> None:
-                pass
-
-            def set_description(self, *a, **k) -> None:
-                pass
-
-        return _Bar
-
-
 # Files at least this big are fetched with byte-range resume: an interrupted 5 GB shard
 # continues where it stopped (huggingface_hub restarts a file from zero).
 RESUMABLE_MIN_BYTES = 64 * 1024 * 1024
 
 
 def _fetch_resumable(
-    repo_id: str, name: str, sha: str, size: int, cache: Path, meter: _Meter
+    repo_id: str, name: str, sha: str, size: int, cache: Path, meter: ProgressMeter
 ) -> None:
     """Download one file into the HF cache layout, keeping ``blobs/<etag>.incomplete`` between
     attempts and continuing it with an HTTP Range request."""
@@ -465,7 +352,7 @@ def download(
             f"and {format_bytes(free)} is free in {cache}."
         )
     total = info.download_bytes
-    meter = _Meter(repo_id, total, len(wanted), progress, cancel)
+    meter = ProgressMeter(repo_id, total, len(wanted), progress, cancel)
     meter.done = total - need
     meter.files_done = len(plan.cached)
     meter.emit()

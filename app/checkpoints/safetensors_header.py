@@ -2,6 +2,8 @@
 
 Public API:
     read_header(path) -> SafetensorsHeader          one file; raises HeaderError
+    parse_header(raw, name, size=None) -> SafetensorsHeader   the JSON header bytes alone
+        (as fetched with an HTTP range request); ``size`` checks it against the file size
     summarize_weights(folder, config=None) -> WeightsSummary   all shards of a checkpoint
 
 A safetensors file is an 8-byte little-endian header length, a JSON header, then raw tensor
@@ -31,6 +33,7 @@ class TensorInfo:
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
+    start: int = 0  # offset of the data from the end of the header
 
     @property
     def numel(self) -> int:
@@ -71,16 +74,25 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
             raw = f.read(n)
     except OSError as exc:
         raise HeaderError(f"{path.name} cannot be read ({exc.strerror or exc}).") from None
+    return parse_header(raw, path.name, size, path=path)
+
+
+def parse_header(raw: bytes, name: str, size: int | None = None, *,
+                 path: Path | None = None) -> SafetensorsHeader:
+    """The tensors a safetensors JSON header describes (``raw``: the bytes after the 8-byte
+    length). With ``size`` (the whole file's), a header describing more data is an error."""
+    path = path if path is not None else Path(name)
+    n = len(raw)
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise HeaderError(f"{path.name} has a corrupt header (not valid JSON).") from None
+        raise HeaderError(f"{name} has a corrupt header (not valid JSON).") from None
     if not isinstance(data, dict):
-        raise HeaderError(f"{path.name} has a corrupt header (not a JSON object).")
+        raise HeaderError(f"{name} has a corrupt header (not a JSON object).")
     metadata = data.pop("__metadata__", None) or {}
     tensors: dict[str, TensorInfo] = {}
     end_max = 0
-    for name, spec in data.items():
+    for tname, spec in data.items():
         shape_raw = spec.get("shape") if isinstance(spec, dict) else None
         offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
         if (
@@ -92,17 +104,17 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
             or len(offsets) != 2
             or not all(_count(v) for v in offsets)
         ):
-            raise HeaderError(f"{path.name} has a corrupt entry for tensor {name!r}.")
+            raise HeaderError(f"{name} has a corrupt entry for tensor {tname!r}.")
         dtype = spec["dtype"]
         shape = tuple(shape_raw)
         start, end = offsets
         if start < 0 or end < start:
-            raise HeaderError(f"{path.name} has invalid offsets for tensor {name!r}.")
-        tensors[name] = TensorInfo(name, dtype, shape, end - start)
+            raise HeaderError(f"{name} has invalid offsets for tensor {tname!r}.")
+        tensors[tname] = TensorInfo(tname, dtype, shape, end - start, start)
         end_max = max(end_max, end)
-    if 8 + n + end_max > size:
+    if size is not None and 8 + n + end_max > size:
         raise HeaderError(
-            f"{path.name} is truncated: its header describes {8 + n + end_max} bytes "
+            f"{name} is truncated: its header describes {8 + n + end_max} bytes "
             f"but the file has {size} (an interrupted download?)."
         )
     return SafetensorsHeader(

@@ -1,4 +1,4 @@
-"""``draftpair models list|search|pull|import|rm|convert``: the local checkpoint store and the Hub.
+"""``draftpair models list|search|pull|import|rm|convert|fetch-mtp``: the local checkpoint store and the Hub.
 
 ``list`` also shows the GGUF models found in LM Studio, Ollama, llama.cpp's cache and the HF
 cache (``app.checkpoints.discovery``); ``import`` takes a folder, a ``.gguf`` file (or the first
@@ -73,6 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     cv.add_argument("--dtype", choices=("float16", "bfloat16", "float32"))
     cv.add_argument("--out", help="output folder (default: DraftPair's models folder)")
     cv.set_defaults(func=run_convert)
+
+    from app.cli import models_mtp
+
+    models_mtp.register(msub)
 
     p.set_defaults(func=lambda args: _usage(p))
 

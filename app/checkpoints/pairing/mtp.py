@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.checkpoints import mtp_source
 from app.checkpoints.inspect import MTP_FAMILIES, CheckpointInfo
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 
@@ -20,17 +21,29 @@ def _builtin_head(t: CheckpointInfo):
     return False, None
 
 
-def _fc_shape_problem(t: CheckpointInfo) -> str | None:
+def _beside_headers(t: CheckpointInfo) -> dict:
+    from app.checkpoints.safetensors_header import HeaderError, read_header
+
+    tensors: dict = {}
+    for f in sorted((t.path / mtp_source.HEAD_DIR).glob("*.safetensors")):
+        try:
+            tensors.update(read_header(f).tensors)
+        except HeaderError:
+            continue
+    return tensors
+
+
+def _fc_shape_problem(t: CheckpointInfo, tensors: dict) -> str | None:
     """The head's input projection must map 2H -> H for this target's width H."""
     hidden = t.cfg().get("hidden_size")
-    if not t.weights or not isinstance(hidden, int):
+    if not tensors or not isinstance(hidden, int):
         return None
-    for name in t.mtp_tensors:
+    for name in tensors:
         if not name.endswith(("mtp.fc.weight", "eh_proj.weight")):
             continue
-        info = t.weights.tensors.get(name)
+        info = tensors.get(name)
         shape = tuple(info.shape) if info is not None and info.shape else ()
-        packed = name.removesuffix("weight") + "scales" in t.weights.tensors
+        packed = name.removesuffix("weight") + "scales" in tensors
         if len(shape) != 2 or shape == (hidden, 2 * hidden) or (packed and shape[0] == hidden):
             continue
         return f"{name} is {shape}, expected ({hidden}, {2 * hidden})"
@@ -52,14 +65,36 @@ def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
                     "draftpair demo mtp-train builds one")
         return
     if not t.mtp_tensors:
-        detail = "no mtp.* / eh_proj tensors in the safetensors headers"
+        restored = mtp_source.beside(t.path)
+        if restored:
+            out.add("mtp.weights_beside", NOTE,
+                    "The model's multi-token-prediction head is kept beside it.",
+                    f"{len(restored)} tensors in {t.path / mtp_source.HEAD_DIR}")
+            shape = _fc_shape_problem(t, _beside_headers(t))
+            if shape:
+                out.add("mtp.wrong_shapes", BLOCKER,
+                        "The multi-token-prediction head beside the model does not fit it (its "
+                        "shapes are wrong), so MTP drafting is impossible.", shape)
+            _family(t, out)
+            return
         if declared:
-            detail += f" although config declares {declared} MTP layer(s) (a conversion probably dropped them)"
+            source = mtp_source.base_model(t.path)
+            out.add(
+                "mtp.dropped",
+                BLOCKER,
+                "This conversion dropped the model's multi-token-prediction head, so MTP "
+                "drafting needs it back first.",
+                f"config declares {declared} MTP layer(s) but no mtp.* / eh_proj tensors are in "
+                f"the files; `draftpair models fetch-mtp {t.path.name}"
+                + (f"` fetches only the head from {source}" if source
+                   else " --from SOURCE_REPO` fetches only the head from the source model"),
+            )
+            return
         out.add(
             "mtp.no_weights",
             BLOCKER,
             "This model has no multi-token-prediction head in its files, so MTP drafting is impossible.",
-            detail,
+            "no mtp.* / eh_proj tensors in the safetensors headers",
         )
         return
     out.add(
@@ -68,11 +103,15 @@ def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
         "The model ships a multi-token-prediction head.",
         f"{len(t.mtp_tensors)} MTP tensors, e.g. {t.mtp_tensors[0]}",
     )
-    shape = _fc_shape_problem(t)
+    shape = _fc_shape_problem(t, t.weights.tensors if t.weights else {})
     if shape:
         out.add("mtp.wrong_shapes", BLOCKER,
                 "The model's multi-token-prediction head does not fit the model (its shapes "
                 "are wrong), so MTP drafting is impossible.", shape)
+    _family(t, out)
+
+
+def _family(t: CheckpointInfo, out: FindingList) -> None:
     if t.model_type not in MTP_FAMILIES:
         out.add(
             "mtp.family_unknown",

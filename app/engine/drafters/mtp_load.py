@@ -1,8 +1,8 @@
 """Building an MTP head for a loaded target, and saying plainly why there is none.
 
 Search order for a target folder: a drafter folder given directly (mlx-vlm ``split_mtp``
-layout or the demo head), the target's own safetensors, a drafter folder ``<target>/mtp``,
-and for the built-in demo target the head shipped in ``resources/demo-mtp``.
+layout or the demo head), the target's own safetensors, a drafter folder ``<target>/mtp``
+(either layout; ``draftpair models fetch-mtp`` and ``models convert`` put a head there), and for the built-in demo target the head shipped in ``resources/demo-mtp``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def locate(path: Path, target) -> tuple[mw.Found | None, str | None]:
     found = mw.find_in_target(path, config)
     if found is not None:
         return found, None
-    sub = mw.find_split(path / "mtp")
+    sub = mw.find_split(path / "mtp") or mw.find_in_target(path / "mtp")
     if sub is not None:
         return sub, None
     builtin, head = _builtin_head(target)
@@ -72,8 +72,8 @@ def locate(path: Path, target) -> tuple[mw.Found | None, str | None]:
     if mw.declared_depth(config) > 0:
         return None, (f"{name} declares an MTP layer but its files hold no MTP weights: this "
                       "conversion dropped them (mlx-lm removes them when it converts); "
-                      "`draftpair models convert` keeps them, or add the source shard "
-                      "that holds them.")
+                      f"`draftpair models fetch-mtp {name}` fetches only the head from the "
+                      "source model, and `draftpair models convert` keeps it.")
     return None, (f"{name} ({fam}) has no MTP head; MTP drafting needs a target that ships "
                   f"one ({SUPPORTED}) or the built-in demo target.")
 

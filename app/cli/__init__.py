@@ -39,6 +39,13 @@ class CliError(Exception):
         self.code = code
         self.detail = detail
 
+    @classmethod
+    def plain(cls, exc: Exception) -> CliError:
+        """An exception as the user's one line, its technical text kept for ``-v``."""
+        from app.errors import technical_detail, user_message
+
+        return cls(user_message(exc), detail=getattr(exc, "detail", "") or technical_detail(exc))
+
 
 def build_parser() -> argparse.ArgumentParser:
     from app import __version__

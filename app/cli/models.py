@@ -13,6 +13,9 @@ import json
 import sys
 import threading
 
+from app.cli import CliError
+from app.cli.download_progress import progress_printer
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list, search, download, import, remove, convert models")
@@ -90,13 +93,6 @@ def _store():
     from app.checkpoints.store import Store
 
     return Store()
-
-
-def _fail(exc: Exception):
-    from app.cli import CliError
-    from app.errors import technical_detail, user_message
-
-    return CliError(user_message(exc), detail=getattr(exc, "detail", "") or technical_detail(exc))
 
 
 def _found(entries) -> list[tuple]:
@@ -220,7 +216,7 @@ def run_search(args: argparse.Namespace) -> int:
     try:
         found = search(args.query, limit=args.limit, mlx_only=not args.all)
     except HubError as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     if args.json:
         print(json.dumps([dataclasses.asdict(m) for m in found], indent=2))
         return 0
@@ -233,30 +229,6 @@ def run_search(args: argparse.Namespace) -> int:
         gated = "  [gated]" if m.gated else ""
         print(f"{m.repo_id}  downloads {m.downloads or 0}{gated}")
     return 0
-
-
-def _progress_printer():
-    from app.checkpoints.memory_estimate import format_bytes
-
-    is_tty = sys.stderr.isatty()
-    last = {"line": ""}
-
-    def show(p) -> None:
-        eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "?"
-        line = (
-            f"{format_bytes(p.done_bytes)} / {format_bytes(p.total_bytes)}  "
-            f"{format_bytes(p.rate_bps)}/s  ETA {eta}  files {p.files_done}/{p.files_total}"
-        )
-        if is_tty:
-            print("\r" + line.ljust(len(last["line"])), end="", file=sys.stderr, flush=True)
-            if p.finished:
-                print(file=sys.stderr)
-        elif p.finished or p.files_done != last.get("files"):
-            print(line, file=sys.stderr)
-        last["line"] = line
-        last["files"] = p.files_done
-
-    return show
 
 
 def run_pull(args: argparse.Namespace) -> int:
@@ -283,14 +255,14 @@ def run_pull(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         try:
             path = download(
-                args.repo_id, revision=args.revision, progress=_progress_printer(), cancel=cancel
+                args.repo_id, revision=args.revision, progress=progress_printer(), cancel=cancel
             )
         except KeyboardInterrupt:
             cancel.set()
             print("\nCancelled; run the same command again to resume.", file=sys.stderr)
             return 130
     except HubError as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     print(path)
     return 0
 
@@ -345,7 +317,7 @@ def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
         print("Cancelled; nothing was kept.", file=sys.stderr)
         return 130
     except (GGUFImportError, OSError) as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     if args.json:
         print(json.dumps({**entry.to_dict(), "imported_from": str(path)}))
         return 0
@@ -367,7 +339,7 @@ def _refuse_local_path(text: str) -> None:
     """A path is never sent to the Hub as a repo id."""
     from pathlib import Path
 
-    from app.cli import EXIT_USAGE, CliError
+    from app.cli import EXIT_USAGE
 
     p = Path(text).expanduser()
     if p.is_dir():
@@ -395,13 +367,13 @@ def run_import(args: argparse.Namespace) -> int:
 
         found = find_model(args.path)
         if found is None:
-            from app.cli import EXIT_USAGE, CliError
+            from app.cli import EXIT_USAGE
 
             raise CliError(
                 f"No model found with id {args.path!r} (see `draftpair models list`).", EXIT_USAGE
             )
         if not found.supported:
-            raise _fail(StoreError(found.reason or "DraftPair cannot convert this model."))
+            raise CliError.plain(StoreError(found.reason or "DraftPair cannot convert this model."))
         return _import_gguf(args, found.path, found)
     try:
         from app.checkpoints.pairing.load_check import refuse_unloadable
@@ -409,7 +381,7 @@ def run_import(args: argparse.Namespace) -> int:
         entry = _store().import_folder(args.path, name=args.name, copy=args.copy,
                                        check=None if args.force else refuse_unloadable)
     except (DraftPairError, OSError) as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     if args.json:
         print(json.dumps(entry.to_dict()))
         return 0
@@ -422,7 +394,7 @@ def run_import(args: argparse.Namespace) -> int:
 def run_rm(args: argparse.Namespace) -> int:
     from app.checkpoints.memory_estimate import format_bytes
     from app.checkpoints.store import SOURCE_IMPORTED, StoreError
-    from app.cli import EXIT_USAGE, CliError
+    from app.cli import EXIT_USAGE
 
     store = _store()
     entry = store.get(args.name)
@@ -448,7 +420,7 @@ def run_rm(args: argparse.Namespace) -> int:
     try:
         result = store.remove(args.name)
     except (StoreError, OSError) as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     print(f"{result.message} Freed {format_bytes(result.freed_bytes)}.")
     return 0
 
@@ -468,9 +440,9 @@ def run_convert(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             dest=Path(args.out) if args.out else None,
             on_message=lambda m: print(m, file=sys.stderr),
-            on_download=_progress_printer(),
+            on_download=progress_printer(),
         )
     except (ConvertError, HubError) as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     print(out)
     return 0

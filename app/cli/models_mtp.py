@@ -29,14 +29,14 @@ def run_fetch_mtp(args: argparse.Namespace) -> int:
     from app.checkpoints.memory_estimate import format_bytes
     from app.checkpoints.resolve import resolve_model
     from app.cli import CliError
-    from app.cli.models import _fail, _progress_printer
+    from app.cli.download_progress import progress_printer
     from app.errors import DraftPairError
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
         folder = Path(resolve_model(args.model))
     except DraftPairError as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     have = mtp_source.beside(folder)
     if have:
         print(f"{folder.name} already has its MTP head beside it ({len(have)} tensors) in "
@@ -50,13 +50,13 @@ def run_fetch_mtp(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     try:
         out = mtp_source.fetch(repo, folder, revision=args.revision,
-                               progress=_progress_printer(), cancel=cancel)
+                               progress=progress_printer(), cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
         print("\nCancelled; run the same command again to resume.", file=sys.stderr)
         return 130
     except (HubError, mtp_source.MTPSourceError) as exc:
-        raise _fail(exc) from None
+        raise CliError.plain(exc) from None
     size = (out / mtp_source.HEAD_FILE).stat().st_size
     print(f"Saved the MTP head ({format_bytes(size)}) in {out}", file=sys.stderr)
     print(out)

@@ -101,7 +101,7 @@ def test_fetch_takes_only_the_head_bytes_and_the_check_then_works(models, hub, t
     conv = _fresh_copy(models, tmp_path)
     assert main(["check", str(conv), "--kind", "mtp"]) == 3
     out = capsys.readouterr().out
-    assert "dropped" in out and f"fetch-mtp {conv.name}" in out and SOURCE in out
+    assert "dropped" in out and f"fetch-mtp {conv}" in out and SOURCE in out
 
     assert main(["models", "fetch-mtp", str(conv)]) == 0
     _assert_same_head(conv, _head_of_source(models))

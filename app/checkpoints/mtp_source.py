@@ -9,6 +9,7 @@ finds it there, and the pairing check counts it.
 Public API:
     HEAD_DIR                                   "mtp"
     head_names(names, config) -> list[str]     the head's tensors among ``names``
+    declared_layers(config) -> int             MTP layers a config declares (0: none)
     beside(model) -> list[str]                 tensors of a head restored beside a model
     base_model(model) -> str | None            the source repository a conversion names
     copy_local(source, model, on_message=None) -> Path     from a local source folder
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from app.checkpoints.hub_progress import DownloadProgress
-from app.checkpoints.inspect import mtp_weights
+from app.checkpoints.inspect import mtp_weights, text_config
 from app.checkpoints.safetensors_header import (
     MAX_HEADER_BYTES,
     HeaderError,
@@ -55,6 +56,12 @@ class MTPSourceError(DraftPairError):
 
 def head_names(names, config: dict) -> list[str]:
     return sorted(n for n in mtp_weights(list(names), config) if not any(s in n for s in _SHARED))
+
+
+def declared_layers(config: dict | None) -> int:
+    cfg = text_config(config or {})
+    n = cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
 def beside(model: Path) -> list[str]:

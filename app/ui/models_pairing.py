@@ -40,6 +40,7 @@ class PairingPanel(QObject):
     selection_changed = Signal()
     use_selected = Signal()  # load the target with the selected draft (double-click, button)
     use_target_only = Signal()
+    fetch_mtp = Signal()  # put back the prediction head a conversion dropped
 
     def __init__(self, bg: Background, settings: Settings, colors: Colors,
                  entry: Callable[[str | None], Any], parent: QObject | None = None):
@@ -75,11 +76,17 @@ class PairingPanel(QObject):
         self.load_btn.clicked.connect(lambda: self.use_selected.emit())
         self.load_target_btn = QPushButton("Load target only")
         self.load_target_btn.clicked.connect(lambda: self.use_target_only.emit())
+        self.fetch_mtp_btn = QPushButton("Fetch MTP head…")
+        self.fetch_mtp_btn.setToolTip("Download only the multi-token-prediction head this "
+                                      "conversion dropped, from the model it was made from")
+        self.fetch_mtp_btn.clicked.connect(lambda: self.fetch_mtp.emit())
+        self.fetch_mtp_btn.setVisible(False)
 
     def add_to(self, column: QVBoxLayout) -> None:
         brow = QHBoxLayout()
         brow.addWidget(self.load_btn)
         brow.addWidget(self.load_target_btn)
+        brow.addWidget(self.fetch_mtp_btn)
         brow.addStretch(1)
         column.addWidget(self.pair_title)
         column.addWidget(self.pair_hint)
@@ -96,6 +103,13 @@ class PairingPanel(QObject):
         target_ok = self.target is not None
         self.load_target_btn.setEnabled(target_ok)
         self.load_btn.setEnabled(target_ok and self.selected_draft() is not None)
+        self.fetch_mtp_btn.setVisible(target_ok and self.mtp_dropped())
+
+    def mtp_dropped(self) -> bool:
+        """The selected option is the target's MTP head, which its conversion dropped."""
+        data = self.selected()
+        return bool(data and data[0] == "option" and data[1].kind == "mtp"
+                    and "mtp.dropped" in data[1].report.codes())
 
     def show_not_a_target(self, e: Any) -> None:
         self.pair_title.setText(f"Pairing: {e.name}")

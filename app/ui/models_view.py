@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
+    QInputDialog,
     QLabel,
     QMessageBox,
     QPushButton,
@@ -56,6 +58,7 @@ class ModelsView(View):
         self.fits: dict[str, Any] = {}
         self._download_cancel: threading.Event | None = None
         self._download_repo: str | None = None
+        self._download_mtp_for: Path | None = None  # a target whose MTP head is being fetched
         self._last_progress_ui = 0.0
         self._just_imported: str | None = None
         self._build()
@@ -116,6 +119,7 @@ class ModelsView(View):
         self.pairing.selection_changed.connect(self._update_buttons)
         self.pairing.use_selected.connect(self._use_selected_pair)
         self.pairing.use_target_only.connect(self._use_target_only)
+        self.pairing.fetch_mtp.connect(lambda: self.fetch_mtp_head())
         self.pair_tree = self.pairing.pair_tree
         self.details = self.pairing.details
         self.load_btn, self.load_target_btn = self.pairing.load_btn, self.pairing.load_target_btn
@@ -367,13 +371,39 @@ class ModelsView(View):
             return
         self._start_download(repo)
 
-    def _start_download(self, repo: str) -> None:
+    def fetch_mtp_head(self, repo_id: str | None = None) -> None:
+        """Put back the pairing target's MTP head: only its bytes, from the source model."""
+        target = self._entry(self._pairing_for)
+        if target is None:
+            return
+        if self._download_cancel is not None:
+            self.banner.show_message("A download is already running.", error=True)
+            return
+        from app.checkpoints.mtp_source import base_model
+
+        repo = repo_id or base_model(Path(target.path))
+        if not repo:
+            repo, ok = QInputDialog.getText(
+                self, "Fetch MTP head",
+                f"{target.name} does not say which model it was converted from.\n"
+                "Source repository on the Hugging Face Hub (owner/name):")
+            repo = repo.strip() if ok else ""
+            if "/" not in repo:
+                return
+        self._start_download(repo, mtp_for=Path(target.path))
+
+    def _start_download(self, repo: str, mtp_for: Path | None = None) -> None:
         cancel = threading.Event()
         self._download_cancel = cancel
         self._download_repo = repo
-        self.hub.show_started(repo)
+        self._download_mtp_for = mtp_for
+        self.hub.show_started(f"the MTP head of {repo}" if mtp_for else repo)
 
         def work(progress: Any) -> Any:
+            if mtp_for is not None:
+                from app.checkpoints.mtp_source import fetch
+
+                return fetch(repo, mtp_for, progress=progress, cancel=cancel)
             from app.checkpoints.hub import download
 
             return download(repo, progress=progress, cancel=cancel)
@@ -390,6 +420,15 @@ class ModelsView(View):
     def _on_downloaded(self, path: Any) -> None:
         repo = self._download_repo
         self._download_cancel = None
+        if self._download_mtp_for is not None:
+            self.hub.show_done(f"the MTP head of {repo}")
+            self.banner.show_message(f"Fetched the MTP head of {repo} into {path}.",
+                                     timeout_ms=6000)
+            target = self._entry(self._pairing_for)
+            if target is not None:
+                self.show_pairing(target)
+            self.download_finished.emit(path)
+            return
         self.hub.show_done(repo or "")
         self.banner.show_message(f"Downloaded {repo}.", timeout_ms=6000)
         self.download_finished.emit(path)
@@ -411,7 +450,7 @@ class ModelsView(View):
 
     def resume_download(self) -> None:
         if self._download_repo and self._download_cancel is None:
-            self._start_download(self._download_repo)
+            self._start_download(self._download_repo, self._download_mtp_for)
 
     def shutdown(self) -> None:
         if self._download_cancel is not None:

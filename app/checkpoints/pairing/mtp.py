@@ -51,8 +51,7 @@ def _fc_shape_problem(t: CheckpointInfo, tensors: dict) -> str | None:
 
 
 def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
-    cfg = t.cfg()
-    declared = cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers")
+    declared = mtp_source.declared_layers(t.config)
     builtin, head = _builtin_head(t) if not t.mtp_tensors else (False, None)
     if builtin:
         if head is not None:
@@ -85,7 +84,7 @@ def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
                 "This conversion dropped the model's multi-token-prediction head, so MTP "
                 "drafting needs it back first.",
                 f"config declares {declared} MTP layer(s) but no mtp.* / eh_proj tensors are in "
-                f"the files; `draftpair models fetch-mtp {t.path.name}"
+                f"the files; `draftpair models fetch-mtp {t.path}"
                 + (f"` fetches only the head from {source}" if source
                    else " --from SOURCE_REPO` fetches only the head from the source model"),
             )

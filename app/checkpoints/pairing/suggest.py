@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.checkpoints import mtp_source
 from app.checkpoints.inspect import (
     KIND_DFLASH,
     KIND_UNSUPPORTED,
@@ -119,14 +120,17 @@ def suggest_drafts(
     if t.config is not None:
         for kind, label in (
             ("prompt-lookup", "prompt lookup (no draft model)"),
-            ("mtp", "MTP head (built into the target)"),
+            ("mtp", "MTP head (no draft model)"),
         ):
-            if kind == "mtp" and not t.mtp_tensors:
+            beside = kind == "mtp" and not t.mtp_tensors and bool(mtp_source.beside(t.path))
+            if kind == "mtp" and not (t.mtp_tensors or beside
+                                      or mtp_source.declared_layers(t.config)):
                 continue
             report = check(t, None, kind=kind, context=context, budget=budget)
             reason = (
                 "Copies likely continuations from the prompt; best for edits and rewrites."
                 if kind == "prompt-lookup"
+                else "Uses the prediction head kept beside the target." if beside
                 else "Uses the prediction head shipped inside the target."
             )
             options.append(

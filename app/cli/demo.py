@@ -6,6 +6,8 @@ status   what is prepared / how far a training run got
 eval     held-out acceptance of a draft (teacher-forced; with --engine, the real engine)
 export   write the best checkpoint of a run as the shipped draft (resources/demo-draft)
 mtp-train, mtp-eval, mtp-export   the demo target's MTP head (see app/cli/demo_mtp.py)
+teacher-pack, teacher-restore     keep the teacher replies with the project, and bring them
+                                  back into a work folder (see app/demo/teacher_archive.py)
 """
 
 from __future__ import annotations
@@ -84,6 +86,20 @@ def register(subparsers) -> None:
 
     demo_mtp.register(sub, _workdir_arg)
 
+    pk = sub.add_parser("teacher-pack", help="write the teacher replies (ids only) to an archive")
+    _workdir_arg(pk)
+    pk.add_argument("--out", type=Path, default=None,
+                    help="archive (default: training/demo-teacher.jsonl.xz in the project)")
+    pk.set_defaults(func=_teacher_pack)
+    rs = sub.add_parser("teacher-restore",
+                        help="bring archived teacher replies back into a work folder "
+                             "(recomputes their soft labels; resumable)")
+    _workdir_arg(rs)
+    rs.add_argument("--archive", type=Path, default=None,
+                    help="archive (default: training/demo-teacher.jsonl.xz in the project)")
+    rs.add_argument("--minutes", type=float, default=None, help="stop after so many minutes")
+    rs.set_defaults(func=_teacher_restore)
+
     from app.cli import demo_dflash
 
     demo_dflash.register(sub)
@@ -159,4 +175,30 @@ def _export(args) -> int:
     path = train.export(_workdir(args), Path(out), which=args.checkpoint,
                         layer_bits=args.layer_bits)
     print(f"exported draft to {path}")
+    return 0
+
+
+def _teacher_pack(args) -> int:
+    from app.demo.teacher_archive import DEFAULT_ARCHIVE, pack
+
+    out = args.out or DEFAULT_ARCHIVE
+    n, tokens = pack(_workdir(args), out)
+    print(f"packed {n} replies ({tokens} tokens) into {out} ({out.stat().st_size} bytes)")
+    return 0
+
+
+def _teacher_restore(args) -> int:
+    from mlx_lm import load
+
+    from app.cli import CliError
+    from app.demo.target import ensure_demo_target
+    from app.demo.teacher_archive import DEFAULT_ARCHIVE, restore
+
+    archive = args.archive or DEFAULT_ARCHIVE
+    if not Path(archive).is_file():
+        raise CliError(f"There is no teacher archive at {archive}.")
+    model, _ = load(str(ensure_demo_target(print)))
+    seconds = args.minutes * 60 if args.minutes else None
+    n, tokens = restore(archive, _workdir(args), model, seconds=seconds)
+    print(f"restored {n} replies ({tokens} tokens)")
     return 0

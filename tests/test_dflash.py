@@ -320,3 +320,31 @@ def test_width_follows_confidence_and_verify_cost():
     assert d.verify_cost(1) == 1.0 and d.verify_cost(3) > d.verify_cost(2) > 1.0
     d._verify = {n: 1.0 for n in range(1, 8)}  # flat timings (a busy machine)
     assert d.choose_width([0.1] * 6, pending=True) == 1
+
+
+# -- a hybrid target (Gated DeltaNet + attention): rounds rewind its recurrent state ----------
+
+
+def test_hybrid_target_greedy_identical_to_plain(tmp_path, recorded):
+    """A Qwen3.5-layout target, as z-lab's Qwen3.5 drafters pair with: every rejected block
+    rewinds the recurrent layers exactly, so the output is plain decoding's."""
+    from app.engine.session import Session
+    from tests.builders_mtp import make_qwen3_5_checkpoint
+
+    target = make_qwen3_5_checkpoint(tmp_path / "q35", with_mtp=False)
+    cfg = json.loads((target / "config.json").read_text())["text_config"]
+    drafter = bd.make_dflash_folder(tmp_path / "dflash-q35", bd.dflash_config(
+        "2026", vocab=cfg["vocab_size"], mask_token_id=bd.mask_token(target),
+        target_layer_ids=(1, 2), num_target_layers=cfg["num_hidden_layers"]))
+    s = Session()
+    s.load_target(target)
+    s.load_draft(drafter)
+    plain = _generate(s, "none", max_tokens=32)
+    for width in (None, 3):
+        spec = _generate(s, "dflash", max_tokens=32, width=width)
+        assert spec.token_ids == plain.token_ids
+        assert spec.timings.fallback is None and spec.timings.draft_rounds > 0
+    assert recorded
+    from app.cli import main
+
+    assert main(["check", str(target), str(drafter), "--kind", "dflash"]) == 0  # same verdict

@@ -348,3 +348,36 @@ def test_hybrid_target_greedy_identical_to_plain(tmp_path, recorded):
     from app.cli import main
 
     assert main(["check", str(target), str(drafter), "--kind", "dflash"]) == 0  # same verdict
+
+
+# -- the demo drafter, when this build ships one ----------------------------------------------
+
+
+def _demo_dflash_ready() -> bool:
+    from app.demo.target import demo_target_ready
+    from app.engine.drafters.dflash import DEMO_FOLDER
+    from app.resources import resource_path
+
+    return demo_target_ready() and (resource_path(DEMO_FOLDER) / "config.json").is_file()
+
+
+@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
+                                                     "not present")
+def test_demo_dflash_uses_the_shipped_drafter_with_no_flag():
+    from app.demo.builtins import register_demo_models
+    from app.engine.events import DoneEvent, GenerationRequest
+    from app.engine.session import Session
+    from app.resources import resource_path
+
+    register_demo_models()
+    s = Session()
+    s.load_target("demo")
+    req = dict(prompt="Write a message to a neighbor asking them to water my plants while "
+                      "I am away.", max_tokens=48, chat=True)
+    plain = list(s.generate(GenerationRequest(**req, draft_kind="none")))[-1]
+    done = list(s.generate(GenerationRequest(**req, draft_kind="dflash",
+                                             allow_fallback=False)))[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
+    assert s.assets["dflash"].path == resource_path("demo-dflash")
+    assert done.token_ids == plain.token_ids and done.timings.fallback is None
+    assert done.timings.draft_n_accepted > 0  # a trained drafter: some proposals are right

@@ -124,16 +124,21 @@ def _write_head(model: Path, config: dict, pieces: list[_Piece],
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
     tmp = folder / f".{HEAD_FILE}.tmp"
-    with open(tmp, "wb") as out:
-        out.write(struct.pack("<Q", len(raw)) + raw)
-        for p in pieces:
-            data = read(p)
-            if len(data) != p.info.nbytes:
-                raise MTPSourceError(f"{p.info.name} arrived with the wrong size; try again.")
-            out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, folder / HEAD_FILE)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(struct.pack("<Q", len(raw)) + raw)
+            for p in pieces:
+                data = read(p)
+                if len(data) != p.info.nbytes:
+                    raise MTPSourceError(f"{p.info.name} arrived with the wrong size; "
+                                         "try again.")
+                out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, folder / HEAD_FILE)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never a half-written head
+        raise
     atomic_write_json(folder / "config.json", config)
     atomic_write_json(folder / "source.json", source)
     return folder

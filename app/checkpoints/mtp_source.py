@@ -301,6 +301,7 @@ def fetch(repo_id: str, model: Path, *, revision: str | None = None,
             raise MTPSourceError(f"{repo_id} has no multi-token-prediction head either.")
         spans = _spans(pieces)
         total = sum(sp.hi - sp.lo for sp in spans)
+        _check_space(Path(model), 2 * total)  # the fetched ranges, then the head file
         meter = ProgressMeter(repo_id, total, len(spans), progress, cancel)
         meter.emit()
         _check_partial(partial, info.sha)
@@ -371,6 +372,15 @@ def _span_of(spans: list[_Span], p: _Piece) -> _Span:
     at = p.data_start + p.info.start
     return next(s for s in spans
                 if s.shard == p.shard and s.lo <= at and at + p.info.nbytes <= s.hi)
+
+
+def _check_space(folder: Path, need: int) -> None:
+    from app.checkpoints.memory_estimate import format_bytes
+
+    free = shutil.disk_usage(folder).free
+    if need + 64 * 1024 * 1024 > free:
+        raise MTPSourceError(f"Not enough free disk space: the head needs {format_bytes(need)} "
+                             f"and {format_bytes(free)} is free in {folder}.")
 
 
 def _check_partial(partial: Path, sha: str) -> None:

@@ -104,6 +104,16 @@ class FakeHub:
         self.thread.start()
         return self.url
 
+    def use(self, monkeypatch, tmp_path: Path) -> None:
+        """Point huggingface_hub and DraftPair at this hub, with empty caches under
+        ``tmp_path`` and no token."""
+        monkeypatch.setenv("HF_ENDPOINT", self.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
+        monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+
     def stop(self) -> None:
         server, self.server = self.server, None
         if server is not None:

@@ -32,12 +32,7 @@ def hub(source, tmp_path, monkeypatch):
     fake = FakeHub()
     fake.add_repo(REPO, source)
     fake.start()
-    monkeypatch.setenv("HF_ENDPOINT", fake.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+    fake.use(monkeypatch, tmp_path)
     yield fake
     fake.stop()
 

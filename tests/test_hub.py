@@ -40,12 +40,7 @@ def fakehub(ckpts, tmp_path, monkeypatch):
     hub.add_repo("org/forbidden", ckpts.draft, forbidden=True)
     hub.add_repo("org/pickles", files={"config.json": b"{}", "pytorch_model.bin": b"\x80\x04"})
     hub.start()
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+    hub.use(monkeypatch, tmp_path)
     yield hub
     hub.stop()
 

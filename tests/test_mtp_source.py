@@ -56,11 +56,7 @@ def hub(models, tmp_path, monkeypatch):
     h = FakeHub()
     h.add_repo(SOURCE, models.source, library="transformers", tags=["safetensors"])
     h.start()
-    monkeypatch.setenv("HF_ENDPOINT", h.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
+    h.use(monkeypatch, tmp_path)
     yield h
     h.stop()
 

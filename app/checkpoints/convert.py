@@ -127,6 +127,13 @@ def convert(
     if info.mtp_tensors:  # mlx-lm drops the multi-token-prediction head: keep it beside
         from app.checkpoints.mtp_source import copy_local
 
-        copy_local(src, dest, on_message=say)
+        try:
+            copy_local(src, dest, on_message=say)
+        except (DraftPairError, OSError, ValueError) as exc:
+            shutil.rmtree(dest, ignore_errors=True)  # never a conversion that lost its head
+            from app.errors import user_message
+
+            raise ConvertError("Keeping the multi-token-prediction head failed: "
+                               f"{user_message(exc)}") from None
     say(f"Saved {dest}")
     return dest

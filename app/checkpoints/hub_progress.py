@@ -32,7 +32,6 @@ class DownloadProgress:
         return self.done_bytes / self.total_bytes if self.total_bytes else 0.0
 
 
-
 class ProgressMeter:
     """Aggregates per-file byte counts into DownloadProgress; raises on cancel."""
 

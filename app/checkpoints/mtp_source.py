@@ -10,7 +10,7 @@ Public API:
     HEAD_DIR                                   "mtp"
     head_names(names, config) -> list[str]     the head's tensors among ``names``
     declared_layers(config) -> int             MTP layers a config declares (0: none)
-    beside(model) -> list[str]                 tensors of a head restored beside a model
+    beside(model) -> dict[str, TensorInfo]     tensors of a head restored beside a model
     base_model(model) -> str | None            the source repository a conversion names
     copy_local(source, model, on_message=None) -> Path     from a local source folder
     fetch(repo_id, model, *, revision=None, progress=None, cancel=None) -> Path
@@ -22,6 +22,7 @@ Errors are MTPSourceError or HubError, each one plain sentence.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -64,20 +65,21 @@ def declared_layers(config: dict | None) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
-def beside(model: Path) -> list[str]:
-    """Names of the head tensors in ``<model>/mtp/*.safetensors`` (headers only)."""
+def beside(model: Path) -> dict[str, TensorInfo]:
+    """The head tensors in ``<model>/mtp/*.safetensors`` (headers only; empty if none)."""
     folder = Path(model) / HEAD_DIR
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
-    names: list[str] = []
+        return {}
+    tensors: dict[str, TensorInfo] = {}
     for f in sorted(folder.glob("*.safetensors")):
         try:
-            names.extend(read_header(f).tensors)
+            tensors.update(read_header(f).tensors)
         except HeaderError:
-            return []
-    return head_names(names, config if isinstance(config, dict) else {})
+            return {}
+    names = head_names(tensors, config if isinstance(config, dict) else {})
+    return {n: tensors[n] for n in names}
 
 
 def base_model(model: Path) -> str | None:
@@ -107,12 +109,13 @@ def base_model(model: Path) -> str | None:
 class _Piece:
     shard: str
     info: TensorInfo
-    data_start: int  # where the shard's tensor data begins (8 + header length)
+    data_start: int  # file offset where the shard's tensor data begins
 
 
 def _write_head(model: Path, config: dict, pieces: list[_Piece],
-                read: Callable[[_Piece], bytes], source: dict) -> Path:
-    """``<model>/mtp/``: config.json, the head's tensors in one safetensors file, source.json."""
+                locate: Callable[[_Piece], tuple[Path, int]], source: dict) -> Path:
+    """``<model>/mtp/``: config.json, the head's tensors in one safetensors file, source.json.
+    ``locate`` says which local file holds a piece's bytes, and at which offset."""
     folder = Path(model) / HEAD_DIR
     folder.mkdir(parents=True, exist_ok=True)
     header: dict = {"__metadata__": {"format": "pt"}}
@@ -125,10 +128,15 @@ def _write_head(model: Path, config: dict, pieces: list[_Piece],
     raw += b" " * (-len(raw) % 8)
     tmp = folder / f".{HEAD_FILE}.tmp"
     try:
-        with open(tmp, "wb") as out:
+        with open(tmp, "wb") as out, contextlib.ExitStack() as files:
+            opened: dict[Path, BinaryIO] = {}
             out.write(struct.pack("<Q", len(raw)) + raw)
             for p in pieces:
-                data = read(p)
+                path, at = locate(p)
+                if path not in opened:
+                    opened[path] = files.enter_context(open(path, "rb"))
+                opened[path].seek(at)
+                data = opened[path].read(p.info.nbytes)
                 if len(data) != p.info.nbytes:
                     raise MTPSourceError(f"{p.info.name} arrived with the wrong size; "
                                          "try again.")
@@ -144,11 +152,6 @@ def _write_head(model: Path, config: dict, pieces: list[_Piece],
     return folder
 
 
-def _read_at(fh: BinaryIO, start: int, n: int) -> bytes:
-    fh.seek(start)
-    return fh.read(n)
-
-
 def copy_local(source: Path, model: Path, on_message: Callable[[str], None] | None = None
                ) -> Path | None:
     """Copy the head of a local source checkpoint beside ``model``; None if it has none."""
@@ -160,30 +163,16 @@ def copy_local(source: Path, model: Path, on_message: Callable[[str], None] | No
     pieces: list[_Piece] = []
     for f in sorted(source.glob("*.safetensors")):
         head = read_header(f)
-        start = 8 + _header_length(f)
-        pieces += [_Piece(f.name, head.tensors[n], start)
+        pieces += [_Piece(f.name, head.tensors[n], head.data_start)
                    for n in head_names(head.tensors, config)]
     if not pieces:
         return None
-    handles: dict[str, BinaryIO] = {}
-    try:
-        def read(p: _Piece) -> bytes:
-            fh = handles.get(p.shard) or handles.setdefault(p.shard, open(source / p.shard, "rb"))
-            return _read_at(fh, p.data_start + p.info.start, p.info.nbytes)
-
-        folder = _write_head(model, config, pieces, read,
-                             {"source": str(source), "tensors": len(pieces)})
-    finally:
-        for fh in handles.values():
-            fh.close()
+    folder = _write_head(model, config, pieces,
+                         lambda p: (source / p.shard, p.data_start + p.info.start),
+                         {"source": str(source), "tensors": len(pieces)})
     if on_message:
         on_message(f"Kept the multi-token-prediction head ({len(pieces)} tensors) in {folder}")
     return folder
-
-
-def _header_length(path: Path) -> int:
-    with open(path, "rb") as fh:
-        return struct.unpack("<Q", fh.read(8))[0]
 
 
 # --- from the Hub ---------------------------------------------------------------------------
@@ -274,7 +263,7 @@ def _plan(remote: _Remote, shards: dict[str, list[str]], config: dict) -> list[_
         if missing:
             raise MTPSourceError(f"{shard} in {remote.repo_id} does not hold {missing[0]}, "
                                  "although its index says so.")
-        pieces += [_Piece(shard, head.tensors[w], 8 + n) for w in names]
+        pieces += [_Piece(shard, head.tensors[w], head.data_start) for w in names]
     return pieces
 
 
@@ -309,22 +298,14 @@ def fetch(repo_id: str, model: Path, *, revision: str | None = None,
             meter.current = sp.shard
             _fetch_span(remote, sp, partial / sp.part_name, meter)
             meter.files_done += 1
-        handles: dict[str, BinaryIO] = {}
-        try:
-            def read(p: _Piece) -> bytes:
-                sp = _span_of(spans, p)
-                fh = handles.get(sp.part_name)
-                if fh is None:
-                    fh = handles.setdefault(sp.part_name, open(partial / sp.part_name, "rb"))
-                return _read_at(fh, p.data_start + p.info.start - sp.lo, p.info.nbytes)
+        def locate(p: _Piece) -> tuple[Path, int]:
+            sp = _span_of(spans, p)
+            return partial / sp.part_name, p.data_start + p.info.start - sp.lo
 
-            folder = _write_head(model, config, pieces, read,
-                                 {"repo": info.repo_id, "revision": info.sha,
-                                  "shards": sorted({sp.shard for sp in spans}),
-                                  "tensors": len(pieces)})
-        finally:
-            for fh in handles.values():
-                fh.close()
+        folder = _write_head(model, config, pieces, locate,
+                             {"repo": info.repo_id, "revision": info.sha,
+                              "shards": sorted({sp.shard for sp in spans}),
+                              "tensors": len(pieces)})
     except (MTPSourceError, DownloadCancelled):
         raise
     except Exception as exc:  # noqa: BLE001 - one plain sentence for the user

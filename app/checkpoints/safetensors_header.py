@@ -49,6 +49,7 @@ class SafetensorsHeader:
     tensors: dict[str, TensorInfo]
     metadata: dict[str, str]
     data_bytes: int
+    data_start: int = 0  # file offset of the first data byte (8 + header length)
 
 
 def _count(value: object) -> bool:
@@ -122,6 +123,7 @@ def parse_header(raw: bytes, name: str, size: int | None = None, *,
         tensors=tensors,
         metadata=metadata if isinstance(metadata, dict) else {},
         data_bytes=end_max,
+        data_start=8 + n,
     )
 
 

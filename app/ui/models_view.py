@@ -371,7 +371,7 @@ class ModelsView(View):
             return
         self._start_download(repo)
 
-    def fetch_mtp_head(self, repo_id: str | None = None) -> None:
+    def fetch_mtp_head(self) -> None:
         """Put back the pairing target's MTP head: only its bytes, from the source model."""
         target = self._entry(self._pairing_for)
         if target is None:
@@ -381,7 +381,7 @@ class ModelsView(View):
             return
         from app.checkpoints.mtp_source import base_model
 
-        repo = repo_id or base_model(Path(target.path))
+        repo = base_model(Path(target.path))
         if not repo:
             repo, ok = QInputDialog.getText(
                 self, "Fetch MTP head",
@@ -397,7 +397,7 @@ class ModelsView(View):
         self._download_cancel = cancel
         self._download_repo = repo
         self._download_mtp_for = mtp_for
-        self.hub.show_started(f"the MTP head of {repo}" if mtp_for else repo)
+        self.hub.show_started(self._download_label())
 
         def work(progress: Any) -> Any:
             if mtp_for is not None:
@@ -420,8 +420,8 @@ class ModelsView(View):
     def _on_downloaded(self, path: Any) -> None:
         repo = self._download_repo
         self._download_cancel = None
+        self.hub.show_done(self._download_label())
         if self._download_mtp_for is not None:
-            self.hub.show_done(f"the MTP head of {repo}")
             self.banner.show_message(f"Fetched the MTP head of {repo} into {path}.",
                                      timeout_ms=6000)
             target = self._entry(self._pairing_for)
@@ -429,7 +429,6 @@ class ModelsView(View):
                 self.show_pairing(target)
             self.download_finished.emit(path)
             return
-        self.hub.show_done(repo or "")
         self.banner.show_message(f"Downloaded {repo}.", timeout_ms=6000)
         self.download_finished.emit(path)
         self.refresh()
@@ -437,7 +436,7 @@ class ModelsView(View):
     def _on_download_failed(self, message: str) -> None:
         cancelled = self._download_cancel is not None and self._download_cancel.is_set()
         self._download_cancel = None
-        self.hub.show_stopped(self._download_repo or "", message, cancelled=cancelled)
+        self.hub.show_stopped(self._download_label(), message, cancelled=cancelled)
         if not cancelled:
             self.banner.show_message(f"Download failed: {message} Press Resume to continue.",
                                      error=True)
@@ -447,6 +446,10 @@ class ModelsView(View):
         if self._download_cancel is not None:
             self._download_cancel.set()
             self.dl_title.setText("Cancelling…")
+
+    def _download_label(self) -> str:
+        repo = self._download_repo or ""
+        return f"the MTP head of {repo}" if self._download_mtp_for is not None else repo
 
     def resume_download(self) -> None:
         if self._download_repo and self._download_cancel is None:

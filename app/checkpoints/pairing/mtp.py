@@ -21,18 +21,6 @@ def _builtin_head(t: CheckpointInfo):
     return False, None
 
 
-def _beside_headers(t: CheckpointInfo) -> dict:
-    from app.checkpoints.safetensors_header import HeaderError, read_header
-
-    tensors: dict = {}
-    for f in sorted((t.path / mtp_source.HEAD_DIR).glob("*.safetensors")):
-        try:
-            tensors.update(read_header(f).tensors)
-        except HeaderError:
-            continue
-    return tensors
-
-
 def _fc_shape_problem(t: CheckpointInfo, tensors: dict) -> str | None:
     """The head's input projection must map 2H -> H for this target's width H."""
     hidden = t.cfg().get("hidden_size")
@@ -69,7 +57,7 @@ def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
             out.add("mtp.weights_beside", NOTE,
                     "The model's multi-token-prediction head is kept beside it.",
                     f"{len(restored)} tensors in {t.path / mtp_source.HEAD_DIR}")
-            shape = _fc_shape_problem(t, _beside_headers(t))
+            shape = _fc_shape_problem(t, restored)
             if shape:
                 out.add("mtp.wrong_shapes", BLOCKER,
                         "The multi-token-prediction head beside the model does not fit it (its "

@@ -2,7 +2,8 @@
 
 Search order for a target folder: a drafter folder given directly (mlx-vlm ``split_mtp``
 layout or the demo head), the target's own safetensors, a drafter folder ``<target>/mtp``
-(either layout; ``draftpair models fetch-mtp`` and ``models convert`` put a head there), and for the built-in demo target the head shipped in ``resources/demo-mtp``.
+(either layout; ``draftpair models fetch-mtp`` and ``models convert`` put a head there), and
+for the built-in demo target the head shipped in ``resources/demo-mtp``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ def register(sub) -> None:
     tr.add_argument("--taps", type=int, default=4,
                     help="target layers read, evenly spaced from 1 to N-3 (new runs)")
     tr.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate (new runs)")
+    tr.add_argument("--feature-minutes", type=float, default=4.0,
+                    help="minutes of new layer features read before each training chunk")
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval-dflash", help="plain vs DFlash on held-out chat prompts")
@@ -61,7 +63,8 @@ def _train(args) -> int:
     recipe = dflash_train.Recipe(layers=args.layers, init_layers=tuple(range(args.layers)),
                                  block_size=args.block_size,
                                  n_taps=args.taps, lr=args.lr, minutes=args.minutes)
-    dflash_train.run(work, teacher, recipe, log=Logger(work))
+    dflash_train.run(work, teacher, recipe, feature_minutes=args.feature_minutes,
+                     log=Logger(work))
     return 0
 
 

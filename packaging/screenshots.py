@@ -83,16 +83,17 @@ def main() -> int:
     chat.input.setPlainText(CHAT_PROMPT)
     chat.send()
     wait(chat.reply_finished)
-    if demo_draft_available():
-        chat.spec_combo.set_kind("full-model")  # the trained draft on an ordinary answer
+    dflash = _demo_dflash_available()
+    if dflash or demo_draft_available():  # a trained drafter on an ordinary answer
+        chat.spec_combo.set_kind("dflash" if dflash else "full-model")
     chat.input.setPlainText("Thanks! Now explain in two sentences why libraries matter.")
     chat.send()
     wait(chat.reply_finished)
     cmp = w.compare
     w.show_view("Compare")
     cmp.runs_spin.setValue(args.pairs)
-    if demo_draft_available():
-        cmp.kind_combo.set_kind("full-model")
+    if dflash or demo_draft_available():
+        cmp.kind_combo.set_kind("dflash" if dflash else "full-model")
         cmp.prompt.setPlainText(COMPARE_PROMPT)
     cmp.run()
     wait(cmp.compare_finished)
@@ -135,6 +136,12 @@ def main() -> int:
     _ = models
     w.close()
     return 0
+
+
+def _demo_dflash_available() -> bool:
+    from app.demo.builtins import _present_dflash
+
+    return _present_dflash() is not None
 
 
 if __name__ == "__main__":

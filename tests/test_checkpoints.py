@@ -183,9 +183,10 @@ def test_cli_check_exit_codes(ckpts, env, capsys):
 def test_cli_models_list_import_rm(ckpts, env, capsys):
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
-    # nothing but the built-in demo draft (when shipped) before any import
+    # nothing but the built-in demo drafters (when shipped) before any import
     rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
-    assert "No local models" in out or all(ln.startswith("demo-draft") for ln in rows)
+    assert "No local models" in out or all(ln.startswith(("demo-draft ", "demo-dflash "))
+                                           for ln in rows)
     assert main(["models", "import", str(ckpts.draft), "--name", "d1"]) == 0
     assert main(["models", "import", str(ckpts.truncated), "--name", "broken"]) == 1
     assert "would not load" in capsys.readouterr().err

@@ -381,3 +381,39 @@ def test_demo_dflash_uses_the_shipped_drafter_with_no_flag():
     assert s.assets["dflash"].path == resource_path("demo-dflash")
     assert done.token_ids == plain.token_ids and done.timings.fallback is None
     assert done.timings.draft_n_accepted > 0  # a trained drafter: some proposals are right
+
+
+@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
+                                                     "not present")
+def test_demo_dflash_is_offered_by_name_and_labelled_as_the_demo_drafter(qtbot, tmp_path,
+                                                                        tiny_models):
+    """The shipped drafter is a listed built-in: the check takes it by name, the pairing
+    suggestions rank it for the demo target with its own line, and the Chat picker offers it
+    enabled; for another target it is excluded with a reason."""
+    from app.checkpoints.pairing import suggest_drafts
+    from app.checkpoints.resolve import resolve_model
+    from app.checkpoints.store import Store
+    from app.cli import main
+    from app.demo.builtins import DFLASH_NOTE, register_demo_models
+    from app.ui.draft_picker import DraftPicker, options_from
+
+    register_demo_models()
+    assert main(["check", "demo", "demo-dflash", "--kind", "dflash"]) == 0
+    store = Store(data_dir=tmp_path / "data", hf_cache=tmp_path / "hf")
+    sugg = suggest_drafts(resolve_model("demo"), store=store)
+    mine = [s for s in sugg.ranked if s.name == "demo-dflash"]
+    assert mine and mine[0].kind == "dflash" and mine[0].reason == DFLASH_NOTE
+    picker = DraftPicker()
+    qtbot.addWidget(picker)
+    picker.set_options(options_from(sugg, {"dflash": None, "full-model": None}), kind="none")
+    opt = next(o for o in picker.options if o.title.startswith("demo-dflash"))
+    assert opt.enabled and opt.kind == "dflash" and "trained for the demo" in opt.reason
+    # the chat bar switched to DFlash while the demo draft model is loaded: the built-in
+    # drafter is shown, not Off
+    draft = next(o for o in picker.options if o.kind == "full-model")
+    assert not picker.select("dflash", draft.path)
+    assert picker.select("dflash", draft.path, any_path=True)
+    assert picker.current() == opt
+    other = suggest_drafts(tiny_models.target, store=store)
+    assert not any(s.name == "demo-dflash" for s in other.ranked)
+    assert any(x.name == "demo-dflash" and x.reason for x in other.excluded)

@@ -5,7 +5,7 @@ The checkpoint layer only knows names and how to ask for a folder; what a built-
 lower layers never import it.
 
 Public API:
-    Builtin(name, prepare, present, listed=True, default_draft=None)
+    Builtin(name, prepare, present, listed=True, default_draft=None, note=None)
     register(builtin) -> None          idempotent: the same name replaces the older entry
     get(name) -> Builtin | None
     registered() -> list[Builtin]      in registration order
@@ -29,6 +29,7 @@ class Builtin:
     present: Callable[[], Path | None]
     listed: bool = True  # shown among the local models
     default_draft: str | None = None  # the built-in draft that pairs with this target
+    note: str | None = None  # one honest line on what it is, shown where it is offered
 
 
 _REGISTERED: dict[str, Builtin] = {}

@@ -1,7 +1,9 @@
-"""Register the demo pair ("demo", "demo-draft") as built-in models (called at start-up)."""
+"""Register the demo models ("demo", "demo-draft", "demo-mtp", "demo-dflash") as built-ins
+(called at start-up)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from app.checkpoints.builtins import Builtin, Progress, register
@@ -53,12 +55,29 @@ def _present_mtp() -> Path | None:
     return shipped_head_path() if shipped_head_available() else None
 
 
-def _prepare_mtp(progress: Progress) -> Path:
-    path = _present_mtp()
-    if path is None:
-        raise ModelLoadError("The MTP head trained for the demo is not included in this "
-                             "DraftPair build (draftpair demo mtp-train builds one).")
-    return path
+DFLASH_NOTE = ("The DFlash drafter trained for the demo: a small demonstration made by "
+               "DraftPair, for the demo model only.")
+
+
+def _present_dflash() -> Path | None:
+    from app.engine.drafters.dflash import DEMO_FOLDER
+    from app.resources import resource_path
+
+    p = resource_path(DEMO_FOLDER)
+    return p if (p / "config.json").is_file() and (p / "model.safetensors").is_file() else None
+
+
+def _shipped(present: Callable[[], Path | None], what: str, command: str):
+    """``prepare`` for a drafter folder shipped in the resources: nothing to do but find it."""
+
+    def prepare(progress: Progress) -> Path:
+        path = present()
+        if path is None:
+            raise ModelLoadError(f"The {what} trained for the demo is not included in this "
+                                 f"DraftPair build (draftpair demo {command} builds one).")
+        return path
+
+    return prepare
 
 
 def register_demo_models() -> None:
@@ -66,4 +85,8 @@ def register_demo_models() -> None:
                      default_draft="demo-draft"))
     register(Builtin("demo-draft", _prepare_draft, _present_draft))
     # the demo target's MTP head: a drafter folder, never offered as a chat model
-    register(Builtin("demo-mtp", _prepare_mtp, _present_mtp, listed=False))
+    register(Builtin("demo-mtp", _shipped(_present_mtp, "MTP head", "mtp-train"),
+                     _present_mtp, listed=False))
+    # the demo target's DFlash drafter: listed, so pickers and checks offer it by name
+    register(Builtin("demo-dflash", _shipped(_present_dflash, "DFlash drafter", "train-dflash"),
+                     _present_dflash, note=DFLASH_NOTE))

@@ -113,7 +113,7 @@ demo target.
 ## What it is
 - Layout and config as z-lab ships DFlash drafters (original schema): `fc`
   ({len(cfg.target_layer_ids)}x{cfg.hidden_size} -> {cfg.hidden_size}), `hidden_norm`,
-  {cfg.num_hidden_layers} layers of width {cfg.hidden_size} ({cfg.num_attention_heads} query
+  {cfg.num_hidden_layers} layer{'s' if cfg.num_hidden_layers != 1 else ''} of width {cfg.hidden_size} ({cfg.num_attention_heads} query
   / {cfg.num_key_value_heads} key-value heads, q/k norms, non-causal attention over
   `[context ; block]`), `norm`; the target's embedding and LM head.
 - Reads the target's layer outputs {list(cfg.target_layer_ids)} (z-lab's spacing from 1 to

@@ -104,7 +104,8 @@ class DraftSection(QWidget):
         opts = options_from(self.suggestions, kinds) if self.state.target else []
         kind = self.settings.draft_kind
         if opts:
-            self.picker.set_options(opts, kind=kind, path=self.state.draft_path or "")
+            self.picker.set_options(opts, kind=kind, path=self.state.draft_path or "",
+                                    any_path=True)
         else:
             self.picker.set_options(self.picker.options[:1])
         self.reason.setText(self.picker.current().reason if self.state.target else
@@ -114,7 +115,7 @@ class DraftSection(QWidget):
     def sync_kind(self, kind: str) -> None:
         """The kind was changed elsewhere (the chat bar): show it without re-emitting."""
         self.picker.blockSignals(True)
-        self.picker.select(kind, self.state.draft_path or "")
+        self.picker.select(kind, self.state.draft_path or "", any_path=True)
         self.picker.blockSignals(False)
         self.picker.setToolTip(self.picker.current().reason)
         self.reason.setText(self.picker.current().reason)

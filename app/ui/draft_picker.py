@@ -80,7 +80,8 @@ class DraftPicker(QComboBox):
         self.set_options([DraftOption("none", "", KIND_LABELS["none"], "No model loaded.")])
 
     def set_options(
-        self, options: list[DraftOption], *, kind: str = "none", path: str = ""
+        self, options: list[DraftOption], *, kind: str = "none", path: str = "",
+        any_path: bool = False,
     ) -> None:
         """Replace the list, keeping (kind, path) selected when it is still offered."""
         self._quiet = True
@@ -98,19 +99,21 @@ class DraftPicker(QComboBox):
                 self.setItemData(
                     i, f"{text}\n{o.reason}", Qt.ItemDataRole.AccessibleDescriptionRole
                 )
-            self.select(kind, path)
+            self.select(kind, path, any_path=any_path)
         finally:
             self._quiet = False
         self._sync_tooltip()
 
-    def select(self, kind: str, path: str = "") -> bool:
+    def select(self, kind: str, path: str = "", *, any_path: bool = False) -> bool:
+        """Select (kind, path); with ``any_path``, a kind whose drafter is not the loaded
+        draft (e.g. the demo's built-in DFlash drafter beside its draft model) shows its
+        first offered drafter instead of falling back to Off."""
         path = _norm(path)
-        for i, o in enumerate(self.options):
-            if o.kind == kind and (not uses_draft_model(kind) or o.path == path) and o.enabled:
-                self.setCurrentIndex(i)
-                return True
-        self.setCurrentIndex(0)
-        return False
+        usable = [(i, o) for i, o in enumerate(self.options) if o.kind == kind and o.enabled]
+        exact = [i for i, o in usable if not uses_draft_model(kind) or o.path == path]
+        pick = exact or ([i for i, _ in usable] if any_path else [])
+        self.setCurrentIndex(pick[0] if pick else 0)
+        return bool(pick)
 
     def current(self) -> DraftOption:
         i = self.currentIndex()

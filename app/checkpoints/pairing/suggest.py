@@ -53,6 +53,15 @@ class Suggestions:
     no_model_options: tuple[Suggestion, ...] = field(default=())  # prompt lookup, MTP
 
 
+def _builtin_note(entry: StoreEntry) -> str | None:
+    """The shipped model's own line on what it is (e.g. a drafter trained for the demo)."""
+    from app.checkpoints import builtins
+    from app.checkpoints.store import SOURCE_BUILTIN
+
+    b = builtins.get(entry.name) if getattr(entry, "source", None) == SOURCE_BUILTIN else None
+    return b.note if b is not None else None
+
+
 def _score(kind: str, report: PairingReport, ratio: float | None) -> float:
     s = 0.0 if report.verdict == VERDICT_WORKS else -10.0
     if kind == "dflash":
@@ -106,7 +115,10 @@ def suggest_drafts(
                 )
             )
             continue
-        if kind == "dflash":
+        note = _builtin_note(e)
+        if note:
+            reason = note
+        elif kind == "dflash":
             reason = "A DFlash drafter made for this target: usually the fastest option."
         elif ratio is not None:
             reason = f"Same tokens as the target, {ratio:.1%} of its size."

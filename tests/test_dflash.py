@@ -417,3 +417,16 @@ def test_demo_dflash_is_offered_by_name_and_labelled_as_the_demo_drafter(qtbot, 
     other = suggest_drafts(tiny_models.target, store=store)
     assert not any(s.name == "demo-dflash" for s in other.ranked)
     assert any(x.name == "demo-dflash" and x.reason for x in other.excluded)
+
+
+@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
+                                                     "not present")
+def test_generate_names_the_demo_dflash_drafter_it_used(capsys):
+    from app.cli import main
+    from app.demo.builtins import DFLASH_NOTE, register_demo_models
+
+    register_demo_models()
+    assert main(["generate", "--model", "demo", "--draft-kind", "dflash", "--prompt",
+                 "Explain rainbows", "--max-tokens", "8", "-v"]) == 0
+    err = capsys.readouterr().err
+    assert f"[dflash] drafter: demo-dflash ({DFLASH_NOTE})" in err

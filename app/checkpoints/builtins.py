@@ -9,6 +9,7 @@ Public API:
     register(builtin) -> None          idempotent: the same name replaces the older entry
     get(name) -> Builtin | None
     registered() -> list[Builtin]      in registration order
+    shipped_as(path) -> Builtin | None  the built-in whose folder ``path`` is
 """
 
 from __future__ import annotations
@@ -45,3 +46,16 @@ def get(name: str) -> Builtin | None:
 
 def registered() -> list[Builtin]:
     return list(_REGISTERED.values())
+
+
+def shipped_as(path: str | Path) -> Builtin | None:
+    """The built-in model whose present folder is ``path`` (never prepares anything)."""
+    want = Path(path).resolve()
+    for b in _REGISTERED.values():
+        try:
+            folder = b.present()
+        except Exception:  # noqa: BLE001 - a missing built-in is simply not this one
+            continue
+        if folder is not None and Path(folder).resolve() == want:
+            return b
+    return None

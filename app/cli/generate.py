@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.engine.registry import KINDS, spec
+
+if TYPE_CHECKING:
+    from app.engine.session import Session
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -153,7 +157,24 @@ def run(args: argparse.Namespace) -> int:
                 f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
                 file=sys.stderr,
             )
+            drafter = _drafter_line(session, t.draft_kind)
+            if drafter:
+                print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)
     return 0
+
+
+def _drafter_line(session: Session, kind: str) -> str | None:
+    """Which drafter folder a kind that reads one used: its built-in name and note, or its path."""
+    assets = session.assets.get(kind) if kind in ("dflash", "mtp") else None
+    path = getattr(assets, "path", None)
+    if path is None:
+        return None
+    from app.checkpoints import builtins
+
+    b = builtins.shipped_as(path)
+    if b is None:
+        return str(path)
+    return f"{b.name} ({b.note})" if b.note else b.name
 
 
 def _progress(ev) -> None:

@@ -165,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _drafter_line(session: Session, kind: str) -> str | None:
     """Which drafter folder a kind that reads one used: its built-in name and note, or its path."""
-    assets = session.assets.get(kind) if kind in ("dflash", "mtp") else None
-    path = getattr(assets, "path", None)
+    path = getattr(session.assets.get(kind), "path", None)
     if path is None:
         return None
     from app.checkpoints import builtins

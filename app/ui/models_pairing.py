@@ -130,8 +130,7 @@ class PairingPanel(QObject):
         self.pair_tree.clear()
         # Store entries carry no tokenizer data (listing stays fast); with info=None the
         # pairing check reads each folder's tokenizer files itself.
-        candidates = [SimpleNamespace(name=e.name, path=e.path, source=e.source, info=None)
-                      for e in entries]
+        candidates = [SimpleNamespace(name=e.name, path=e.path, info=None) for e in entries]
         context = self.settings.context_length
         target_path = entry.path
 

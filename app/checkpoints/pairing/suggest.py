@@ -53,12 +53,11 @@ class Suggestions:
     no_model_options: tuple[Suggestion, ...] = field(default=())  # prompt lookup, MTP
 
 
-def _builtin_note(entry: StoreEntry) -> str | None:
-    """The shipped model's own line on what it is (e.g. a drafter trained for the demo)."""
+def _builtin_note(path: Path) -> str | None:
+    """A shipped model's own line on what it is (e.g. a drafter trained for the demo)."""
     from app.checkpoints import builtins
-    from app.checkpoints.store import SOURCE_BUILTIN
 
-    b = builtins.get(entry.name) if getattr(entry, "source", None) == SOURCE_BUILTIN else None
+    b = builtins.shipped_as(path)
     return b.note if b is not None else None
 
 
@@ -115,7 +114,7 @@ def suggest_drafts(
                 )
             )
             continue
-        note = _builtin_note(e)
+        note = _builtin_note(p)
         if note:
             reason = note
         elif kind == "dflash":

@@ -55,3 +55,49 @@ def test_pack_then_restore_gives_the_same_replies_and_soft_labels(generated, tmp
 
     assert restore(archive, fresh, model, log=logs.append) == (0, 0)  # resumable: nothing twice
     assert "nothing to do" in logs[-1]
+
+
+def test_restore_without_soft_labels_then_states_pass_computes_them(generated, tmp_path):
+    """Replies restored without soft labels get them from the pass that reads the target's
+    states: the same top-k as recorded while generating, renormalised over those k."""
+    from app.demo.features import FeatureStore, teacher_items
+
+    work, model = generated
+    archive = tmp_path / "teacher.jsonl.xz"
+    pack(work, archive)
+    fresh = tmp_path / "fresh"
+    n, _ = restore(archive, fresh, None, log=lambda m: None, soft=False)
+    assert n == 7
+    assert all("topk_ids" not in r for r in teacher.load_records(fresh))
+
+    held, train = teacher_items(fresh)
+    store = FeatureStore(tmp_path / "mtp")
+    assert store.extract(model, held + train, log=lambda m: None) == 7
+    original = {f"train:{r['index']}": r for r in teacher.load_records(work)}
+    original |= {f"heldout:{r['index']}": r for r in teacher.load_heldout(work)}
+    feats = store.load()
+    assert {f["key"] for f in feats} == original.keys()
+    for f in feats:
+        rec = original[f["key"]]
+        ids, lp = np.array(f["topk_ids"]), np.array(f["topk_lp"]).astype(np.float32)
+        assert ids.shape == (len(rec["reply_ids"]), 8)
+        assert np.allclose(np.exp(lp).sum(-1), 1.0, atol=0.01)  # renormalised over the k
+        want = np.array(rec["topk_lp"])
+        want_p = np.sort(np.exp(want) / np.exp(want).sum(-1, keepdims=True), axis=-1)
+        assert np.allclose(np.sort(np.exp(lp), axis=-1), want_p, atol=0.02), f["key"]
+        for w_ids, w_lp, g_ids, g_lp in zip(rec["topk_ids"], rec["topk_lp"], ids, lp,
+                                            strict=True):
+            ranked = sorted(w_lp)
+            if ranked[-1] - ranked[-2] > 0.05:
+                assert w_ids[int(np.argmax(w_lp))] == g_ids[int(np.argmax(g_lp))]
+
+
+@pytest.mark.parametrize("vocab", [49152, 49000, 3000])
+def test_top_ids_by_blocks_equals_a_full_partition(vocab):
+    import mlx.core as mx
+
+    from app.demo.features import top_ids
+
+    logits = mx.random.normal((40, vocab), key=mx.random.key(vocab)) * 3
+    want = np.sort(np.array(mx.argpartition(-logits, kth=7, axis=-1)[:, :8]), axis=-1)
+    assert (np.sort(np.array(top_ids(logits, 8)), axis=-1) == want).all()

@@ -98,6 +98,9 @@ def register(subparsers) -> None:
     rs.add_argument("--archive", type=Path, default=None,
                     help="archive (default: training/demo-teacher.jsonl.xz in the project)")
     rs.add_argument("--minutes", type=float, default=None, help="stop after so many minutes")
+    rs.add_argument("--no-soft-labels", action="store_true",
+                    help="write the replies only (seconds); demo mtp-train computes their "
+                         "soft labels in the pass that reads the target's states")
     rs.set_defaults(func=_teacher_restore)
 
     from app.cli import demo_dflash
@@ -197,8 +200,9 @@ def _teacher_restore(args) -> int:
     archive = args.archive or DEFAULT_ARCHIVE
     if not Path(archive).is_file():
         raise CliError(f"There is no teacher archive at {archive}.")
-    model, _ = load(str(ensure_demo_target(print)))
+    model = None if args.no_soft_labels else load(str(ensure_demo_target(print)))[0]
     seconds = args.minutes * 60 if args.minutes else None
-    n, tokens = restore(archive, _workdir(args), model, seconds=seconds)
+    n, tokens = restore(archive, _workdir(args), model, seconds=seconds,
+                        soft=not args.no_soft_labels)
     print(f"restored {n} replies ({tokens} tokens)")
     return 0

@@ -24,6 +24,11 @@ def register(sub, workdir_arg) -> None:
     tr.add_argument("--lr", type=float, default=None, help="peak learning rate (new runs)")
     tr.add_argument("--extract-minutes", type=float, default=3.0,
                     help="at most this long extracting new teacher replies between chunks")
+    tr.add_argument("--chunk-minutes", type=float, default=8.0,
+                    help="train so long between two rounds of extraction")
+    tr.add_argument("--chain-weight", type=float, default=0.0,
+                    help="also learn the chained second proposal, its loss weighted so "
+                         "(new runs; 0: the first proposal only)")
     tr.add_argument("--hidden-state", choices=["postnorm", "prenorm"], default="postnorm",
                     help="target state the head reads (new runs)")
     tr.set_defaults(func=_train)
@@ -65,7 +70,8 @@ def _train(args) -> int:
 
     work, tdir = _dirs(args)
     mtp_train.run(work, tdir, minutes=args.minutes, train_minutes=args.train_minutes,
-                  lr=args.lr, setting=args.hidden_state, extract_minutes=args.extract_minutes)
+                  lr=args.lr, setting=args.hidden_state, extract_minutes=args.extract_minutes,
+                  chunk_minutes=args.chunk_minutes, chain_weight=args.chain_weight)
     return 0
 
 

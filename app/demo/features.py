@@ -6,6 +6,12 @@ is ``norm(prenorm)`` and is recomputed when needed, so one cache serves both set
 Stored as float16 under ``WORKDIR/features/`` (``feat-NNNN.safetensors`` plus
 ``index.jsonl``, one line per record: key, file, tokens, prompt length), appended in
 chunks, so an interrupted extraction resumes where it stopped.
+
+A record restored without soft labels (``teacher-restore --no-soft-labels``) gets them from
+the same pass: the target's top-k log-probs at every reply position, read off the stored
+states through the final norm and the output layer, kept beside the states
+(``KEY.topk_ids`` / ``KEY.topk_lp``). One pass instead of two halves the CPU time of
+bringing archived teacher data back for a head that reads the target's states.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from app.demo import teacher
 
 Log = Callable[[str], None]
 CHUNK_RECORDS = 64
+SOFT_TOPK = 8
 
 
 def record_key(rec: dict, split: str) -> str:
@@ -37,6 +44,49 @@ def target_prenorm(model, tokens: list[int]) -> mx.array:
     for layer in inner.layers:
         h = layer(h, mask="causal" if h.shape[1] > 1 else None, cache=None)
     return h[0]
+
+
+def logits_from_prenorm(model, prenorm: mx.array) -> mx.array:
+    """The target's output logits for rows of its last layer's output."""
+    from app.engine.drafters.mtp_head import inner_model
+
+    inner = inner_model(model)
+    h = inner.norm(prenorm)
+    if getattr(model, "lm_head", None) is not None:
+        return model.lm_head(h)
+    return inner.embed_tokens.as_linear(h)
+
+
+def reply_topk(model, prenorm: mx.array, prompt_len: int, k: int = SOFT_TOPK
+               ) -> tuple[mx.array, mx.array]:
+    """Top-``k`` ids of the target at every reply token of a record (the row before each
+    reply token predicts it), from the states of one pass, with their log-probs renormalised
+    over those ``k`` (what the trainers use; a log-sum-exp over the whole vocabulary would
+    cost more than the top-k itself on this CPU)."""
+    rows = prenorm[max(prompt_len - 1, 0) : prenorm.shape[0] - 1]
+    logits = logits_from_prenorm(model, rows).astype(mx.float32)
+    ids = top_ids(logits, k)
+    top = mx.take_along_axis(logits, ids, axis=-1)
+    lp = top - mx.logsumexp(top, axis=-1, keepdims=True)
+    return ids.astype(mx.int32), lp.astype(mx.float16)
+
+
+def top_ids(logits: mx.array, k: int, block: int = 1024) -> mx.array:
+    """Ids of the ``k`` largest logits of each row (unordered). The vocabulary is cut into
+    blocks and only the ``k`` blocks with the largest maxima are searched: the top ``k``
+    lie in them, and a partition over ``k * block`` values is several times cheaper than
+    over the whole vocabulary on this CPU."""
+    n, v = logits.shape
+    if v <= 2 * k * block:
+        return mx.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
+    pad = -v % block
+    if pad:
+        logits = mx.pad(logits, [(0, 0), (0, pad)], constant_values=-mx.inf)
+    blocks = logits.reshape(n, -1, block)
+    best = mx.argpartition(-blocks.max(axis=-1), kth=k - 1, axis=-1)[:, :k]  # (n, k)
+    cand = mx.take_along_axis(blocks, best[..., None], axis=1).reshape(n, k * block)
+    j = mx.argpartition(-cand, kth=k - 1, axis=-1)[:, :k]
+    return mx.take_along_axis(best, j // block, axis=-1) * block + j % block
 
 
 def final_norm(model, prenorm: mx.array) -> mx.array:
@@ -76,9 +126,12 @@ class FeatureStore:
         entries: list[dict] = []
         for key, rec in todo:
             tokens = (list(rec["prompt_ids"]) + list(rec["reply_ids"]))[:max_len]
-            h = target_prenorm(model, tokens).astype(mx.float16)
-            mx.eval(h)
-            arrays[key] = h
+            h = target_prenorm(model, tokens)
+            arrays[key] = h.astype(mx.float16)
+            if not rec.get("topk_ids") and len(tokens) > len(rec["prompt_ids"]):
+                ids, lp = reply_topk(model, h, len(rec["prompt_ids"]))
+                arrays[f"{key}.topk_ids"], arrays[f"{key}.topk_lp"] = ids, lp
+            mx.eval(list(arrays.values()))
             entries.append({"key": key, "n": len(tokens), "prompt_len": len(rec["prompt_ids"]),
                             "tokens": tokens})
             added += 1
@@ -105,7 +158,8 @@ class FeatureStore:
                 fh.write(json.dumps({**e, "file": path.name}, separators=(",", ":")) + "\n")
 
     def load(self, split: str | None = None) -> list[dict]:
-        """Records with their states: dicts with key, tokens, prompt_len, hidden (n, H)."""
+        """Records with their states: dicts with key, tokens, prompt_len, hidden (n, H), and
+        the soft labels computed with them when the record had none (topk_ids, topk_lp)."""
         index = [e for e in self.index() if split is None or e["key"].startswith(split + ":")]
         by_file: dict[str, list[dict]] = {}
         for e in index:
@@ -115,7 +169,11 @@ class FeatureStore:
             arrays = mx.load(str(self.dir / name))
             for e in entries:
                 if e["key"] in arrays:
-                    out.append({**e, "hidden": arrays[e["key"]]})
+                    item = {**e, "hidden": arrays[e["key"]]}
+                    if f"{e['key']}.topk_ids" in arrays:
+                        item["topk_ids"] = arrays[f"{e['key']}.topk_ids"]
+                        item["topk_lp"] = arrays[f"{e['key']}.topk_lp"]
+                    out.append(item)
         return out
 
 

@@ -7,7 +7,9 @@ frozen (the output layer reduced to the 8k most frequent target tokens, ``draft_
 It learns from the target's own states over the teacher replies (``features.py``): at
 position ``i`` it reads ``t_{i+1}`` and the target's post-norm state ``h_i`` and is trained
 to predict ``t_{i+2}`` — the target's own greedy token there — with the target's top-k
-probabilities as soft labels. Loss on reply positions only.
+probabilities as soft labels. Loss on reply positions only. With ``chain_weight > 0`` it also
+learns its chained proposal (``t_{i+3}`` from ``t_{i+2}`` and its own output state, exactly as
+the decode loop chains, ``mtp_chain.py``), weighted so.
 
 Resumable from ``WORKDIR`` (``mtp/ckpt``: weights, optimizer, step; ``mtp/best``: the best
 held-out checkpoint; ``mtp/curve.jsonl``; ``train.log``). Between chunks of training it
@@ -30,11 +32,13 @@ import numpy as np
 
 from app.demo import teacher
 from app.demo.features import FeatureStore, teacher_items
+from app.demo.mtp_chain import two_step
 from app.demo.train.init_draft import choose_head
 from app.demo.train.workdir import Logger
 from app.engine.drafters.mtp_head import (
     POSTNORM,
     PRENORM,
+    MTPHead,
     MTPModule,
     inner_model,
     new_layer_like,
@@ -57,6 +61,7 @@ class MTPTrainConfig:
     checkpoint_minutes: float = 4.0
     eval_minutes: float = 4.0
     soft_weight: float = 1.0
+    chain_weight: float = 0.0  # weight of the chained (second) proposal's loss
     hidden_state: str = POSTNORM
     head_size: int = HEAD_SIZE
     seed: int = 0
@@ -166,8 +171,11 @@ class MTPTrainer:
             sid = np.zeros((n - 2, SOFT_K), dtype=np.int32)
             sp = np.zeros((n - 2, SOFT_K), dtype=np.float32)
             rec = self.soft.get(f["key"], {})
+            if not rec.get("topk_ids") and "topk_ids" in f:  # computed with the states
+                rec = {"topk_ids": np.array(f["topk_ids"]),
+                       "topk_lp": np.array(f["topk_lp"].astype(mx.float32))}
             tk = rec.get("topk_ids")
-            if tk and self.cfg.soft_weight > 0:
+            if tk is not None and len(tk) and self.cfg.soft_weight > 0:
                 # reply token j sits at position p + j; its label row is i = p + j - 2
                 start = p - 2
                 cnt = min(len(tk), n - 2 - start)
@@ -207,6 +215,7 @@ class MTPTrainer:
         L = _pad(max(len(e["x"]) for e in exs))
         B = len(exs)
         X = np.zeros((B, L), np.int32)
+        X2 = np.zeros((B, L), np.int32)
         Y = np.zeros((B, L), np.int32)
         M = np.zeros((B, L), np.float32)
         SI = np.zeros((B, L, SOFT_K), np.int32)
@@ -215,11 +224,13 @@ class MTPTrainer:
         for r, e in enumerate(exs):
             n = len(e["x"])
             X[r, :n], Y[r, :n], M[r, :n] = e["x"], e["y"], e["mask"]
+            X2[r, :n] = e["y_tok"]
             SI[r, :n], SP[r, :n] = e["sid"], e["sp"]
             h = self._state(e["hidden"], setting or self.cfg.hidden_state)
             hs.append(mx.pad(h, [(0, L - n), (0, 0)]))
         H = mx.stack(hs)
-        return (mx.array(X), H, mx.array(Y), mx.array(M), mx.array(SI), mx.array(SP))
+        return (mx.array(X), H, mx.array(Y), mx.array(M), mx.array(SI), mx.array(SP),
+                mx.array(X2))
 
     # -- model ------------------------------------------------------------------------
     def logits(self, module: MTPModule, x: mx.array, h: mx.array) -> mx.array:
@@ -227,23 +238,41 @@ class MTPTrainer:
         _, post = module(emb, h)
         return post @ self.head_w.T
 
+    def two_logits(self, module: MTPModule, x: mx.array, h: mx.array, x2: mx.array
+                   ) -> tuple[mx.array, mx.array]:
+        """Logits of the first and of the chained proposal at every position."""
+        embed = inner_model(self.target).embed_tokens
+        chain = MTPHead(module, self.cfg.hidden_state, "", "demo").chain_state
+        post1, post2 = two_step(module, embed(x), h, embed(x2), chain)
+        return post1 @ self.head_w.T, post2 @ self.head_w.T
+
     def _make_step(self):
         import mlx.optimizers as optim
 
         lam = self.cfg.soft_weight
+        chain = self.cfg.chain_weight
 
-        def loss_fn(module, x, h, y, m, si, sp):
-            logits = self.logits(module, x, h).astype(mx.float32)
+        def ce(logits, y, m, si, sp):
+            logits = logits.astype(mx.float32)
             lse = mx.logsumexp(logits, axis=-1)
             hard = lse - mx.take_along_axis(logits, y[..., None], axis=-1)[..., 0]
             soft = (sp * (lse[..., None] - mx.take_along_axis(logits, si, axis=-1))).sum(-1)
             return ((hard + lam * soft) * m).sum() / mx.maximum(m.sum(), 1.0)
 
+        def loss_fn(module, x, h, y, m, si, sp, x2):
+            if chain <= 0:
+                return ce(self.logits(module, x, h), y, m, si, sp)
+            first, second = self.two_logits(module, x, h, x2)
+            # the chained proposal at row i predicts the first proposal's label of row i + 1
+            nxt = [mx.pad(a[:, 1:], [(0, 0), (0, 1)] + [(0, 0)] * (a.ndim - 2))
+                   for a in (y, m, si, sp)]
+            return ce(first, y, m, si, sp) + chain * ce(second, *nxt)
+
         grad_fn = nn.value_and_grad(self.module, loss_fn)
 
-        def step(x, h, y, m, si, sp):
+        def step(x, h, y, m, si, sp, x2):
             # not mx.compile'd: with padded shapes changing every batch it re-traces
-            loss, grads = grad_fn(self.module, x, h, y, m, si, sp)
+            loss, grads = grad_fn(self.module, x, h, y, m, si, sp, x2)
             grads, _ = optim.clip_grad_norm(grads, 1.0)
             self.opt.update(self.module, grads)
             return loss
@@ -261,13 +290,15 @@ class MTPTrainer:
     def evaluate(self, module: MTPModule | None = None, setting: str | None = None) -> dict:
         """Held-out teacher-forced agreement of the head's first proposal with the target."""
         module = module or self.module
-        ok = tot = 0
+        ok = tot = both = 0
         loss_sum = 0.0
         for s in range(0, len(self.heldout), 8):
             exs = self.heldout[s : s + 8]
-            X, H, Y, M, _, _ = self._collate(exs, setting)
-            logits = self.logits(module, X, H).astype(mx.float32)
+            X, H, Y, M, _, _, X2 = self._collate(exs, setting)
+            logits, logits2 = self.two_logits(module, X, H, X2)
+            logits = logits.astype(mx.float32)
             pred = mx.argmax(logits, axis=-1)
+            pred2 = np.array(self.head_ids)[np.array(mx.argmax(logits2, axis=-1))]
             lse = mx.logsumexp(logits, axis=-1)
             nll = lse - mx.take_along_axis(logits, Y[..., None], axis=-1)[..., 0]
             # agreement counts every reply position (labels outside the head are misses)
@@ -278,10 +309,15 @@ class MTPTrainer:
                 full[r, e["start"]:n] = 1.0
                 ytok[r, :n] = e["y_tok"]
             pred_tok = np.array(self.head_ids)[np.array(pred)]
-            ok += int(((pred_tok == ytok) * full).sum())
+            hit = (pred_tok == ytok) * full
+            ok += int(hit.sum())
             tot += int(full.sum())
+            # both proposals of a two-wide round accepted: the chained one at row i is the
+            # token the first proposal of row i + 1 predicts
+            both += int((hit[:, :-1] * (pred2[:, :-1] == ytok[:, 1:]) * full[:, 1:]).sum())
             loss_sum += float((nll * M).sum())
         return {"agreement": ok / max(tot, 1), "positions": tot,
+                "both": both / max(tot, 1), "chained": both / max(ok, 1),
                 "loss": loss_sum / max(tot, 1), "setting": setting or self.cfg.hidden_state}
 
     # -- checkpoints ------------------------------------------------------------------
@@ -320,9 +356,11 @@ class MTPTrainer:
 
     def _eval_and_log(self) -> None:
         ev = self.evaluate()
-        best = ev["agreement"] > self.best_score
+        # expected accepted proposals of a two-wide round: the best head for the loop
+        score = ev["agreement"] + ev["both"]
+        best = score > self.best_score
         if best:
-            self.best_score = ev["agreement"]
+            self.best_score = score
             self._save_weights(self.best)
             atomic_write_json(self.best / "meta.json", {
                 "step": self.step, "train_seconds": self.train_seconds,
@@ -330,13 +368,15 @@ class MTPTrainer:
                 "train_records": len(self.train), "time": _now()})
         row = {"step": self.step, "minutes": round(self.train_seconds / 60, 2),
                "tokens_seen": self.tokens_seen, "train_records": len(self.train),
-               "agreement": round(ev["agreement"], 4), "loss": round(ev["loss"], 4),
+               "agreement": round(ev["agreement"], 4), "chained": round(ev["chained"], 4),
+               "loss": round(ev["loss"], 4),
                "time": _now()}
         with open(self.dir / "curve.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
         self.log(f"eval: step {self.step} train {self.train_seconds / 60:.1f} min seen "
                  f"{self.tokens_seen} tok | held-out first-proposal agreement "
-                 f"{ev['agreement']:.3f} (n={ev['positions']}) loss {ev['loss']:.3f}"
+                 f"{ev['agreement']:.3f} (n={ev['positions']}), chained "
+                 f"{ev['chained']:.3f}, loss {ev['loss']:.3f}"
                  + (" [best]" if best else ""))
 
     # -- loop -------------------------------------------------------------------------
@@ -349,10 +389,10 @@ class MTPTrainer:
         if self.step == 0 and self.best_score < 0:
             self._eval_and_log()
         while time.monotonic() - started < seconds and not self.finished():
-            for X, H, Y, M, SI, SP in self._batches(self.train, rng):
+            for X, H, Y, M, SI, SP, X2 in self._batches(self.train, rng):
                 t0 = time.monotonic()
                 self.opt.learning_rate = mx.array(self.lr_at())
-                loss = step_fn(X, H, Y, M, SI, SP)
+                loss = step_fn(X, H, Y, M, SI, SP, X2)
                 mx.eval(loss, self.module.parameters(), self.opt.state)
                 self.train_seconds += time.monotonic() - t0
                 self.step += 1
@@ -390,7 +430,7 @@ def _now() -> str:
 
 def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minutes: float | None,
         chunk_minutes: float = 8.0, extract_minutes: float = 3.0, lr: float | None = None,
-        setting: str = POSTNORM) -> None:
+        setting: str = POSTNORM, chain_weight: float = 0.0) -> None:
     """Alternate feature extraction (new teacher replies) and training until done/time."""
     from mlx_lm import load
 
@@ -402,6 +442,7 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
         raise ValueError(setting)
     target, tok = load(str(ensure_demo_target(log)))
     cfg = MTPTrainConfig(train_minutes=train_minutes or 60.0, hidden_state=setting,
+                         chain_weight=chain_weight,
                          **({"lr": lr} if lr else {}))
     tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes)
     log(f"run: mtp head, teacher {teacher_dir}, config {asdict(tr.cfg)}")
@@ -414,4 +455,5 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
         chunk = chunk_minutes * 60 if left is None else min(chunk_minutes * 60, left)
         tr.train_for(chunk)
     log(f"run: stopped at step {tr.step}, {tr.train_seconds / 60:.1f} min trained, "
-        f"best held-out agreement {tr.best_score:.3f}")
+        f"best held-out score {tr.best_score:.3f} (first-proposal agreement plus both of a "
+        f"two-wide round accepted)")

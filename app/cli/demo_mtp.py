@@ -26,6 +26,11 @@ def register(sub, workdir_arg) -> None:
                     help="at most this long extracting new teacher replies between chunks")
     tr.add_argument("--chunk-minutes", type=float, default=8.0,
                     help="train so long between two rounds of extraction")
+    tr.add_argument("--batch-tokens", type=int, default=None,
+                    help="padded tokens per training step (new runs; default 1024)")
+    tr.add_argument("--init-from", type=Path, default=None,
+                    help="start a new run from this head folder's weights (e.g. the shipped "
+                         "resources/demo-mtp) instead of the target's last layer")
     tr.add_argument("--chain-weight", type=float, default=0.0,
                     help="also learn the chained second proposal, its loss weighted so "
                          "(new runs; 0: the first proposal only)")
@@ -41,6 +46,9 @@ def register(sub, workdir_arg) -> None:
     ev.add_argument("--engine", action="store_true",
                     help="also run the engine on held-out prompts: plain vs mtp vs full-model")
     ev.add_argument("--prompts", type=int, default=16)
+    ev.add_argument("--prompt-set", choices=["chat", "heldout"], default="chat",
+                    help="chat: hand-written chat requests, none from the training generator "
+                         "(default); heldout: the generator's held-out prompts")
     ev.add_argument("--max-tokens", type=int, default=128)
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
@@ -71,7 +79,8 @@ def _train(args) -> int:
     work, tdir = _dirs(args)
     mtp_train.run(work, tdir, minutes=args.minutes, train_minutes=args.train_minutes,
                   lr=args.lr, setting=args.hidden_state, extract_minutes=args.extract_minutes,
-                  chunk_minutes=args.chunk_minutes, chain_weight=args.chain_weight)
+                  chunk_minutes=args.chunk_minutes, chain_weight=args.chain_weight,
+                  batch_tokens=args.batch_tokens, init_from=args.init_from)
     return 0
 
 

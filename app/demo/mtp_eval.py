@@ -4,9 +4,11 @@
    the head's first proposal equals the target's own greedy token, once with the post-norm
    state and once with the pre-norm state as input. The setting the head was trained with
    must win by far; that is how the per-family setting is shown to be the one used.
-2. With ``--engine``: DraftPair's engine on held-out prompts, plain vs ``mtp`` vs
-   ``full-model`` (the shipped demo draft), greedy, the order of the three rotated per prompt;
-   median speedup over plain and whether every output is identical to plain.
+2. With ``--engine``: DraftPair's engine on chat prompts, plain vs ``mtp`` vs ``full-model``
+   (the shipped demo draft), greedy, the order of the three rotated per prompt; median
+   speedup over plain and whether every output is identical to plain. The prompts are the
+   hand-written ``chat_prompts.CHAT_PROMPTS`` (none from the training generator), or with
+   ``--prompt-set heldout`` the generator's held-out prompts.
 """
 
 from __future__ import annotations
@@ -49,15 +51,26 @@ def _teacher_items(teacher_dir: Path):
     return teacher_items(teacher_dir)
 
 
-def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Path | None = None,
-                   log=print) -> dict:
+def prompt_set(name: str, teacher_dir: Path, count: int) -> list[tuple[str, list[dict]]]:
+    """(label, messages) of the prompts an engine comparison runs."""
+    if name == "chat":
+        from app.demo.chat_prompts import CHAT_PROMPTS, chat_messages
+
+        return [("chat", chat_messages(p)) for p in CHAT_PROMPTS[:count]]
     from app.demo import teacher
     from app.demo.prompts import make_prompt
+
+    return [(r.get("kind", "?"), make_prompt(int(r["index"]))["messages"])
+            for r in teacher.load_heldout(teacher_dir)[:count]]
+
+
+def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Path | None = None,
+                   log=print, which: str = "chat") -> dict:
     from app.demo.target import demo_draft_path
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
 
-    records = teacher.load_heldout(teacher_dir)[:prompts]
+    records = prompt_set(which, teacher_dir, prompts)
     s = Session()
     s.load_target("demo")
     if head is not None:  # this head folder instead of the shipped one
@@ -75,15 +88,14 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
                 done = event
         return done
 
-    warm = make_prompt(int(records[0]["index"]))["messages"]
+    warm = [{"role": "user", "content": "Say hello."}]
     for kind in kinds:
         run(warm, kind)
     ratios: dict[str, list[float]] = {"mtp": [], "full-model": []}
     same = {"mtp": 0, "full-model": 0}
     stats = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0} for k in ratios}
     fallbacks = []
-    for i, r in enumerate(records):
-        msgs = make_prompt(int(r["index"]))["messages"]
+    for i, (label, msgs) in enumerate(records):
         order = kinds[i % 3:] + kinds[: i % 3]
         res = {kind: run(msgs, kind) for kind in order}
         plain = res["none"]
@@ -103,9 +115,10 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
                 fallbacks.append(f"{kind}: {t.fallback}")
             parts.append(f"{kind} {t.predicted_per_second:5.1f} tok/s x{ratio:.2f} "
                          f"acc/round {t.accept_len_mean:.2f}{'' if ident else ' DIFFERENT'}")
-        log(f"  [{i + 1}/{len(records)}] {r.get('kind', '?'):10s} n={plain.timings.predicted_n:3d}"
+        log(f"  [{i + 1}/{len(records)}] {label:10s} n={plain.timings.predicted_n:3d}"
             f" plain {plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
-    out = {"prompts": len(records), "max_tokens": max_tokens, "fallbacks": fallbacks}
+    out = {"prompts": len(records), "prompt_set": which, "max_tokens": max_tokens,
+           "fallbacks": fallbacks, "ratios": ratios}
     for kind in ratios:
         st = stats[kind]
         out[kind] = {
@@ -128,7 +141,8 @@ def main(workdir: Path, teacher_dir: Path, args) -> dict:
     out = {"teacher_forced": teacher_forced(workdir, teacher_dir, args.head)}
     if args.engine:
         out["engine"] = engine_compare(teacher_dir, prompts=args.prompts,
-                                       max_tokens=args.max_tokens, head=args.head)
+                                       max_tokens=args.max_tokens, head=args.head,
+                                       which=args.prompt_set)
     if args.json:
         print(json.dumps(out, indent=1))
     path = workdir / "mtp" / "eval.json"

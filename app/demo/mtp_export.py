@@ -48,7 +48,9 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
         "text_config": {k: target_cfg[k] for k in keep if k in target_cfg},
         "target": "SmolLM2-135M-Instruct (DraftPair demo target)",
         "step": meta.get("step"),
+        "trained_minutes": round(float(meta.get("train_seconds", 0)) / 60, 1),
         "eval": meta.get("eval"),
+        **({"warm_start": run["init_from"]} if run.get("init_from") else {}),
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     curve = _read_jsonl(run_dir / "curve.jsonl")
@@ -60,14 +62,24 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     return out
 
 
+_PROMPT_SETS = {
+    "chat": "hand-written chat requests (`app/demo/chat_prompts.py`, none from the training "
+            "prompt generator)",
+    "heldout": "held-out prompts of the training prompt generator (never trained on)",
+}
+
+
 def _curve_table(curve: list[dict]) -> str:
     if not curve:
         return "(no evaluations recorded)\n"
-    rows = ["| step | train min | positions seen | train records | held-out agreement | loss |",
-            "|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| step | train min | positions seen | train records | held-out agreement | "
+            "chained, given the first | loss |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in curve:
+        chained = f"{r['chained']:.3f}" if "chained" in r else "-"
         rows.append(f"| {r['step']} | {r['minutes']:.1f} | {r['tokens_seen']} | "
-                    f"{r['train_records']} | {r['agreement']:.3f} | {r['loss']:.3f} |")
+                    f"{r['train_records']} | {r['agreement']:.3f} | {chained} | "
+                    f"{r['loss']:.3f} |")
     return "\n".join(rows) + "\n"
 
 
@@ -77,6 +89,17 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
     size_mb = sum(v.nbytes for v in weights.values()) / 1e6
     ev = meta.get("eval") or {}
     cfg = run["config"]
+    chain_text = ""
+    if cfg.get("chain_weight"):
+        chain_text = (f", plus, weighted {cfg['chain_weight']}, the same loss for the chained "
+                      "second proposal (the head's own output state as input, as the decode "
+                      "loop chains)")
+    warm_text = ""
+    if run.get("init_from"):
+        w = run["init_from"]
+        warm_text = (f"- Warm start: the run began from the head in `{w.get('path')}` "
+                     f"({w.get('trained_minutes')} minutes trained before, step {w.get('step')}"
+                     "), on teacher-state features read again on this machine.\n")
     tf = evals.get("teacher_forced") or {}
     setting_lines = ""
     if tf:
@@ -92,9 +115,9 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
     if eng:
         m, f = eng["mtp"], eng["full-model"]
         eng_lines = (
-            f"\nEngine, greedy, {eng['prompts']} held-out prompts, up to {eng['max_tokens']} "
-            "tokens, plain / mtp / full-model rotated per prompt (`draftpair demo mtp-eval "
-            "--engine`):\n\n| kind | speedup over plain (median) | range | accepted / round |"
+            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS[eng.get('prompt_set', 'heldout')]}"
+            f", up to {eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt "
+            f"(`draftpair demo mtp-eval --engine --prompt-set {eng.get('prompt_set', 'heldout')}`):\n\n| kind | speedup over plain (median) | range | accepted / round |"
             " tokens / verify | identical |\n|---|---:|---:|---:|---:|---:|\n"
             f"| mtp | {m['speedup_median']:.2f}x | {m['speedup_min']:.2f}-{m['speedup_max']:.2f}"
             f" | {m['accept_len_mean']:.2f} | {m['tokens_per_verify']:.2f} | "
@@ -118,21 +141,26 @@ target's too. Verification is exact: outputs are the target's own, token for tok
   the engine feeds the head the state named there).
 - Data: greedy replies of the target to the training prompt generator (`draftpair demo
   train --phase generate`), the target's own states over prompt + reply from one
-  teacher-forced pass, cached once; loss on reply positions: cross-entropy to the target's
-  next-next token plus its top-8 probabilities as soft labels.
+  teacher-forced pass, cached once (the same pass gives the target's top-8 probabilities);
+  loss on reply positions: cross-entropy to the target's next-next token plus those top-8
+  probabilities as soft labels{chain_text}.
 - Trained {meta.get('train_seconds', 0) / 60:.0f} minutes of step time ({meta.get('step')}
   steps, {meta.get('tokens_seen')} positions seen), AdamW, peak lr {cfg['lr']}, cosine decay.
 - Best held-out first-proposal agreement with the target (teacher-forced, prompts never
-  trained on): **{ev.get('agreement', float('nan')):.3f}** over {ev.get('positions')} positions.
-{setting_lines}{eng_lines}
+  trained on): **{ev.get('agreement', float('nan')):.3f}** over {ev.get('positions')} positions;
+  the chained second proposal agrees on **{ev.get('chained', float('nan')):.3f}** of the
+  positions where the first did.
+{warm_text}{setting_lines}{eng_lines}
 ## Curve
 
 {_curve_table(curve)}
 ## Rebuild or train further
 
 ```sh
-draftpair demo train --phase generate --workdir TEACHER   # teacher replies (resumable)
-draftpair demo mtp-train --teacher TEACHER --workdir RUN --train-minutes 60
+draftpair demo teacher-restore --workdir TEACHER --no-soft-labels  # the kept replies
+# or: draftpair demo train --phase generate --workdir TEACHER   # new replies (hours)
+draftpair demo mtp-train --teacher TEACHER --workdir RUN --train-minutes {cfg['train_minutes']:g} \\
+    --batch-tokens {cfg['batch_tokens']} --chain-weight {cfg.get('chain_weight', 0):g}
 draftpair demo mtp-eval --teacher TEACHER --workdir RUN --engine
 draftpair demo mtp-export --workdir RUN                    # writes resources/demo-mtp
 ```

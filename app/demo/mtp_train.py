@@ -11,6 +11,10 @@ probabilities as soft labels. Loss on reply positions only. With ``chain_weight 
 learns its chained proposal (``t_{i+3}`` from ``t_{i+2}`` and its own output state, exactly as
 the decode loop chains, ``mtp_chain.py``), weighted so.
 
+A new run can start from a shipped head (``init_from``: its weights and its output-token
+list) instead of the target's last layer, so training goes on where an earlier machine left
+it; ``run.json`` records that.
+
 Resumable from ``WORKDIR`` (``mtp/ckpt``: weights, optimizer, step; ``mtp/best``: the best
 held-out checkpoint; ``mtp/curve.jsonl``; ``train.log``). Between chunks of training it
 extracts the states of teacher replies written since (the teacher job may still run).
@@ -22,6 +26,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,7 +60,7 @@ class MTPTrainConfig:
     min_lr_frac: float = 0.05
     warmup_steps: int = 40
     weight_decay: float = 0.01
-    batch_tokens: int = 4096
+    batch_tokens: int = 1024  # small steps: many more updates for the same compute
     max_len: int = 512
     train_minutes: float = 60.0
     checkpoint_minutes: float = 4.0
@@ -85,7 +90,8 @@ def init_demo_module(target) -> MTPModule:
 
 class MTPTrainer:
     def __init__(self, workdir: Path, teacher_dir: Path, target, tokenizer, log, *,
-                 cfg: MTPTrainConfig | None = None, extend_to: float | None = None):
+                 cfg: MTPTrainConfig | None = None, extend_to: float | None = None,
+                 init_from: Path | None = None):
         self.workdir = workdir
         self.teacher_dir = teacher_dir
         self.target = target
@@ -102,6 +108,8 @@ class MTPTrainer:
             self.cfg.train_minutes = extend_to  # train further: a longer schedule
         self.vocab = int(target.args.vocab_size)
         head_file = self.dir / "draft_head.json"
+        if init_from is not None and not run:
+            shutil.copy(init_from / "draft_head.json", head_file)
         if not head_file.exists():
             recs = teacher.load_records(teacher_dir)
             always = sorted({int(t) for t in tokenizer.eos_token_ids}
@@ -110,6 +118,10 @@ class MTPTrainer:
             atomic_write_json(head_file, {"format": 1, "token_ids": ids})
         self.set_head(json.loads(head_file.read_text())["token_ids"])
         self.module = init_demo_module(target)
+        if init_from is not None and not run:
+            weights = mx.load(str(init_from / "model.safetensors"))
+            self.module.load_weights([(k, v.astype(mx.float32)) for k, v in weights.items()])
+            mx.eval(self.module.parameters())
         import mlx.optimizers as optim
 
         self.opt = optim.AdamW(learning_rate=self.cfg.lr, weight_decay=self.cfg.weight_decay)
@@ -120,7 +132,9 @@ class MTPTrainer:
         if run:
             self._resume(run)
         else:
-            atomic_write_json(run_path, {"config": asdict(self.cfg), "created": _now()})
+            atomic_write_json(run_path, {"config": asdict(self.cfg), "created": _now(),
+                                         **({"init_from": _describe(init_from)}
+                                            if init_from is not None else {})})
         self.heldout: list[dict] = []
         self.train: list[dict] = []
         self.soft: dict[str, dict] = {}
@@ -420,6 +434,14 @@ class MTPTrainer:
         return self.train_seconds >= self.cfg.train_minutes * 60
 
 
+def _describe(head: Path) -> dict:
+    """What a warm start came from: the head's folder and its own training record."""
+    cfg = json.loads((head / "config.json").read_text()) if (head / "config.json").exists() \
+        else {}
+    return {"path": str(head), "step": cfg.get("step"), "eval": cfg.get("eval"),
+            "trained_minutes": cfg.get("trained_minutes")}
+
+
 def _pad(n: int) -> int:
     return -(-n // 64) * 64
 
@@ -430,7 +452,8 @@ def _now() -> str:
 
 def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minutes: float | None,
         chunk_minutes: float = 8.0, extract_minutes: float = 3.0, lr: float | None = None,
-        setting: str = POSTNORM, chain_weight: float = 0.0) -> None:
+        setting: str = POSTNORM, chain_weight: float = 0.0,
+        batch_tokens: int | None = None, init_from: Path | None = None) -> None:
     """Alternate feature extraction (new teacher replies) and training until done/time."""
     from mlx_lm import load
 
@@ -443,8 +466,10 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
     target, tok = load(str(ensure_demo_target(log)))
     cfg = MTPTrainConfig(train_minutes=train_minutes or 60.0, hidden_state=setting,
                          chain_weight=chain_weight,
+                         **({"batch_tokens": batch_tokens} if batch_tokens else {}),
                          **({"lr": lr} if lr else {}))
-    tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes)
+    tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes,
+                    init_from=init_from)
     log(f"run: mtp head, teacher {teacher_dir}, config {asdict(tr.cfg)}")
     started = time.monotonic()
     while not tr.finished():

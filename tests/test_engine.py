@@ -526,6 +526,27 @@ def test_width_policy_follows_acceptance_and_cost():
     seq = WidthPolicy(16, cost=lambda k: 0.3 * k)
     for p in (block, seq):
         p.set_costs(verify_slope=0.02)
-        for _ in range(10):
-            p.observe(8, 7)
+        for n in (3, 5, 8, 6, 8, 4, 8, 7, 8, 5):
+            p.observe(8, n)
     assert block.choose(16) > seq.choose(16) >= 1
+
+
+def test_width_policy_learns_that_later_proposals_are_weaker():
+    """A first proposal accepted half the time and chained ones almost never (an MTP head on
+    its own state): one proposal per round, not the width one overall rate would suggest."""
+    from app.engine.width import WidthPolicy
+
+    p = WidthPolicy(4)
+    p.set_costs(verify_slope=0.1, draft_cost=0.05)
+    rounds = [(4, 1), (4, 0)] * 10  # first proposal: 50%; second, given the first: 0%
+    for k, n in rounds:
+        p.observe(k, n)
+    assert p.rate(0) == pytest.approx(0.5, abs=0.1) and p.rate(1) < 0.1
+    assert p.choose(4) == 1
+    # the same acceptance per token spread evenly over depths pays a wider round
+    even = WidthPolicy(4)
+    even.set_costs(verify_slope=0.1, draft_cost=0.05)
+    for _ in range(20):
+        even.observe(4, 4)
+        even.observe(4, 2)
+    assert even.choose(4) >= 3

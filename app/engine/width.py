@@ -1,13 +1,18 @@
 """How many proposals a round asks for: the loop's width policy.
 
-With per-token acceptance ``a``, a round of ``k`` proposals yields on average
-``(1 - a^(k+1)) / (1 - a)`` tokens and costs ``1 + verify_slope * k + drafter.cost(k)``
-target steps (a sequential drafter costs ``k`` of its steps, a block drafter one pass); a
-plain step yields 1 token for 1 step. The policy picks the ``k`` (0 = plain step) with the
-best ratio. While it decodes plainly it probes with one proposal every ``probe_every`` steps
-so that a draft that starts agreeing is noticed; each failed probe doubles that interval (up
-to ``probe_max``), an accepted one resets it. Acceptance is a decayed running count with a
-weak prior of 0.6.
+Acceptance is tracked per depth: ``a_j``, how often the ``j``-th proposal of a round is
+accepted when the ones before it were (a decayed running count per depth, each with a weak
+prior of 0.6). Later proposals are often much weaker than the first — an MTP head chaining
+on its own state, a drafter far from its training data — and one rate for all depths would
+send rounds too wide. A round of ``k`` proposals then yields on average
+``1 + a_1 + a_1 a_2 + ... + a_1 ... a_k`` tokens and costs
+``1 + verify_slope * k + drafter.cost(k)`` target steps (a sequential drafter costs ``k`` of
+its steps, a block drafter one pass); a plain step yields 1 token for 1 step. The policy picks
+the ``k`` (0 = plain step) with the best ratio. A depth that rounds have not reached yet keeps
+its prior, so a wider round is tried when the depths before it do well. While it decodes
+plainly it probes with one proposal every ``probe_every`` steps so that a draft that starts
+agreeing is noticed; each failed probe doubles that interval (up to ``probe_max``), an
+accepted one resets it.
 
 A drafter that stops early by itself (a confidence stop) is asked for the full width once
 the policy decides drafting pays; a probe stays one token.
@@ -32,6 +37,9 @@ class WidthPolicy:
         self.decay = decay
         self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
         self.rejected = 0.4
+        # per depth j (0-based): decayed count of rounds that reached it, and of acceptances
+        self.reached = [1.0] * max(max_width, 1)
+        self.hits = [0.6] * max(max_width, 1)
         self.verify_slope = DEFAULT_VERIFY_SLOPE
         self.draft_cost = DEFAULT_DRAFT_COST
         self.plain_streak = 0
@@ -44,7 +52,13 @@ class WidthPolicy:
 
     @property
     def alpha(self) -> float:
+        """Accepted tokens per rejection: the per-token rate of a geometric model (shown in
+        stats; the width choice uses the per-depth rates)."""
         return self.accepted / (self.accepted + self.rejected)
+
+    def rate(self, depth: int) -> float:
+        """Acceptance of the ``depth``-th proposal (0-based) given the ones before it."""
+        return min(self.hits[depth] / self.reached[depth], 0.999)
 
     def drafting_cost(self, k: int) -> float:
         if self.cost is not None:
@@ -52,8 +66,10 @@ class WidthPolicy:
         return self.draft_cost * k
 
     def gain(self, k: int) -> float:
-        a = min(self.alpha, 0.999)
-        tokens = (1 - a ** (k + 1)) / (1 - a)
+        tokens, reach = 1.0, 1.0
+        for j in range(k):
+            reach *= self.rate(j)
+            tokens += reach
         return tokens / (1 + self.verify_slope * k + self.drafting_cost(k))
 
     def choose(self, k_max: int) -> int:
@@ -83,3 +99,6 @@ class WidthPolicy:
                                    min(self.probe_interval * 2, self.probe_max))
         self.accepted = self.decay * self.accepted + accepted
         self.rejected = self.decay * self.rejected + (1 if accepted < proposed else 0)
+        for j in range(min(accepted + 1, proposed, len(self.reached))):
+            self.reached[j] = self.decay * self.reached[j] + 1
+            self.hits[j] = self.decay * self.hits[j] + (1 if j < accepted else 0)

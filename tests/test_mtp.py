@@ -243,3 +243,33 @@ def test_nextn_layout_names(tmp_path):
     assert w["pre_fc_norm_embedding.weight"][0].item() == 0.5  # not shifted by 1
     stacked = w["layers.0.mlp.switch_mlp.gate_proj.weight"]
     assert stacked.shape == (4, 4, H) and stacked[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+def test_demo_head_is_offered_and_labelled_as_trained_for_the_demo(qtbot, tmp_path, capsys):
+    """The check says which head is used, the pairing suggestions and the Chat picker offer
+    MTP for the demo target with that line, and generate -v names the head it used."""
+    from app.checkpoints.pairing import suggest_drafts
+    from app.checkpoints.resolve import resolve_model
+    from app.checkpoints.store import Store
+    from app.cli import main
+    from app.demo.builtins import register_demo_models
+    from app.ui.draft_picker import DraftPicker, options_from
+
+    register_demo_models()
+    assert main(["check", "demo", "--kind", "mtp"]) == 0
+    assert "trained for the demo" in capsys.readouterr().out
+    store = Store(data_dir=tmp_path / "data", hf_cache=tmp_path / "hf")
+    sugg = suggest_drafts(resolve_model("demo"), store=store)
+    mtp = [s for s in sugg.no_model_options if s.kind == "mtp"]
+    assert mtp and "trained for the demo" in mtp[0].reason
+    picker = DraftPicker()
+    qtbot.addWidget(picker)
+    picker.set_options(options_from(sugg, {"mtp": None}), kind="mtp")
+    assert picker.current().kind == "mtp" and picker.current().enabled
+    assert "trained for the demo" in picker.current().reason
+    assert main(["generate", "--model", "demo", "--draft-kind", "mtp", "--prompt",
+                 "Explain rainbows", "--max-tokens", "8", "-v"]) == 0
+    from app.demo.builtins import MTP_NOTE
+
+    assert f"[mtp] drafter: demo-mtp ({MTP_NOTE})" in capsys.readouterr().err

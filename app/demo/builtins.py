@@ -55,6 +55,8 @@ def _present_mtp() -> Path | None:
     return shipped_head_path() if shipped_head_available() else None
 
 
+MTP_NOTE = ("The MTP head trained for the demo: a small demonstration made by DraftPair, "
+            "for the demo model only.")
 DFLASH_NOTE = ("The DFlash drafter trained for the demo: a small demonstration made by "
                "DraftPair, for the demo model only.")
 
@@ -86,7 +88,7 @@ def register_demo_models() -> None:
     register(Builtin("demo-draft", _prepare_draft, _present_draft))
     # the demo target's MTP head: a drafter folder, never offered as a chat model
     register(Builtin("demo-mtp", _shipped(_present_mtp, "MTP head", "mtp-train"),
-                     _present_mtp, listed=False))
+                     _present_mtp, listed=False, note=MTP_NOTE))
     # the demo target's DFlash drafter: listed, so pickers and checks offer it by name
     register(Builtin("demo-dflash", _shipped(_present_dflash, "DFlash drafter", "train-dflash"),
                      _present_dflash, note=DFLASH_NOTE))

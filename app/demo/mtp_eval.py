@@ -138,6 +138,8 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
 
 
 def main(workdir: Path, teacher_dir: Path, args) -> dict:
+    """Evaluate, print, and keep the results in ``WORKDIR/mtp/eval.json``: the engine figures
+    per prompt set (``engine_runs``), so a run on one set keeps the other's for the card."""
     out = {"teacher_forced": teacher_forced(workdir, teacher_dir, args.head)}
     if args.engine:
         out["engine"] = engine_compare(teacher_dir, prompts=args.prompts,
@@ -147,5 +149,11 @@ def main(workdir: Path, teacher_dir: Path, args) -> dict:
         print(json.dumps(out, indent=1))
     path = workdir / "mtp" / "eval.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    runs = dict(kept.get("engine_runs") or {})
+    if "engine" in kept and "engine_runs" not in kept:  # written before runs were kept per set
+        runs[kept["engine"].get("prompt_set", "heldout")] = kept["engine"]
+    if args.engine:
+        runs[args.prompt_set] = out["engine"]
+    path.write_text(json.dumps({**out, "engine_runs": runs}, indent=1) + "\n")
     return out

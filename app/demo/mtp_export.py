@@ -37,7 +37,7 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     weights = {k: v.astype(mx.float16) for k, v in mx.load(str(weights_file)).items()}
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    shutil.copy(run_dir / "draft_head.json", out / "draft_head.json")
+    shutil.copyfile(run_dir / "draft_head.json", out / "draft_head.json")
     keep = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads",
             "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "vocab_size",
             "num_hidden_layers", "max_position_embeddings", "tie_word_embeddings")
@@ -110,14 +110,17 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
             f"| post-final-norm state (trained with: {tf.get('trained_with')}) | "
             f"{tf['postnorm']['agreement']:.3f} |\n"
             f"| pre-final-norm state | {tf['prenorm']['agreement']:.3f} |\n")
-    eng = evals.get("engine") or {}
     eng_lines = ""
-    if eng:
+    runs = evals.get("engine_runs") or (
+        {evals["engine"].get("prompt_set", "heldout"): evals["engine"]} if evals.get("engine")
+        else {})
+    for which, eng in sorted(runs.items()):
         m, f = eng["mtp"], eng["full-model"]
-        eng_lines = (
-            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS[eng.get('prompt_set', 'heldout')]}"
-            f", up to {eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt "
-            f"(`draftpair demo mtp-eval --engine --prompt-set {eng.get('prompt_set', 'heldout')}`):\n\n| kind | speedup over plain (median) | range | accepted / round |"
+        eng_lines += (
+            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(which, which)}, up to "
+            f"{eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt "
+            f"(`draftpair demo mtp-eval --engine --prompt-set {which}`):\n\n"
+            "| kind | speedup over plain (median) | range | accepted / round |"
             " tokens / verify | identical |\n|---|---:|---:|---:|---:|---:|\n"
             f"| mtp | {m['speedup_median']:.2f}x | {m['speedup_min']:.2f}-{m['speedup_max']:.2f}"
             f" | {m['accept_len_mean']:.2f} | {m['tokens_per_verify']:.2f} | "

@@ -7,7 +7,7 @@ from app.checkpoints.inspect import MTP_FAMILIES, CheckpointInfo
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 
 
-def _builtin_head(t: CheckpointInfo):
+def builtin_head(t: CheckpointInfo):
     """(is a built-in target that has its own MTP head, that head's folder if present)."""
     from pathlib import Path
 
@@ -40,7 +40,7 @@ def _fc_shape_problem(t: CheckpointInfo, tensors: dict) -> str | None:
 
 def mtp_findings(t: CheckpointInfo, out: FindingList) -> None:
     declared = mtp_source.declared_layers(t.config)
-    builtin, head = _builtin_head(t) if not t.mtp_tensors else (False, None)
+    builtin, head = builtin_head(t) if not t.mtp_tensors else (False, None)
     if builtin:
         if head is not None:
             out.add("mtp.builtin_head", NOTE,

@@ -17,6 +17,7 @@ from app.checkpoints.inspect import (
 from app.checkpoints.memory_estimate import Budget, memory_budget
 from app.checkpoints.pairing.checker import check
 from app.checkpoints.pairing.checkpoint import as_info
+from app.checkpoints.pairing.mtp import builtin_head
 from app.checkpoints.pairing.report import (
     VERDICT_FAILS,
     VERDICT_WARNINGS,
@@ -134,13 +135,16 @@ def suggest_drafts(
             ("mtp", "MTP head (no draft model)"),
         ):
             beside = kind == "mtp" and not t.mtp_tensors and bool(mtp_source.beside(t.path))
-            if kind == "mtp" and not (t.mtp_tensors or beside
+            shipped = builtin_head(t)[1] if kind == "mtp" and not t.mtp_tensors else None
+            if kind == "mtp" and not (t.mtp_tensors or beside or shipped
                                       or mtp_source.declared_layers(t.config)):
                 continue
             report = check(t, None, kind=kind, context=context, budget=budget)
             reason = (
                 "Copies likely continuations from the prompt; best for edits and rewrites."
                 if kind == "prompt-lookup"
+                else _builtin_note(Path(shipped)) or "Uses the head shipped for this model."
+                if shipped
                 else "Uses the prediction head kept beside the target." if beside
                 else "Uses the prediction head shipped inside the target."
             )

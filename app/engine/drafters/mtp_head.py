@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -120,6 +121,7 @@ class MTPHead:
     head_ids: mx.array | None = None  # reduced output head: target ids of its rows
     head_weight: mx.array | None = None  # (len(head_ids), H) rows of the target's head
     info: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None  # the drafter folder it was read from (None: the target's files)
 
     @property
     def reads(self) -> str:

@@ -175,7 +175,9 @@ def head_from(found: mw.Found, target) -> MTPHead:
            "demo": "the head trained for the demo"}[found.layout]
     return MTPHead(module=module, hidden_state=_hidden_setting(found, target), source=src,
                    layout=found.layout, head_ids=ids, head_weight=w,
-                   info={"tensors": found.n_tensors, "config": found.config})
+                   info={"tensors": found.n_tensors, "config": found.config},
+                   path=Path(found.folder) if found.folder and found.layout in ("split", "demo")
+                   else None)
 
 
 def load_head(path: Path, target) -> MTPHead:

@@ -216,3 +216,20 @@ def make_trained_checkpoint(
         mx.eval(model.parameters(), optimizer.state, loss)
     save_model(folder, model)
     return folder
+
+
+def make_teacher_replies(work: Path, target: Path, *, heldout: int, records: int,
+                         max_tokens: int):
+    """Real teacher replies of a tiny target in a demo training folder (``work``): held-out
+    and training records as ``draftpair demo train --phase generate`` writes them. Returns
+    the loaded (model, tokenizer)."""
+    from mlx_lm import load
+
+    from app.demo import teacher
+
+    model, tok = load(str(target))
+    gen = teacher.TeacherGenerator(work, model, tok, batch=4, max_tokens=max_tokens,
+                                   log=lambda m: None)
+    gen.generate_heldout(heldout)
+    gen.generate(max_records=records)
+    return model, tok

@@ -11,19 +11,15 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from app.demo import teacher
 from app.demo.mtp_train import MTPTrainConfig, MTPTrainer
+from tests.builders import make_teacher_replies
 
 
 @pytest.fixture(scope="module")
 def tiny_teacher(tmp_path_factory, tiny_models):
-    from mlx_lm import load
-
-    model, tok = load(str(tiny_models.target))
     work = tmp_path_factory.mktemp("mtp-teacher")
-    gen = teacher.TeacherGenerator(work, model, tok, batch=4, max_tokens=24, log=lambda m: None)
-    gen.generate_heldout(3)
-    gen.generate(max_records=12)
+    model, tok = make_teacher_replies(work, tiny_models.target, heldout=3, records=12,
+                                      max_tokens=24)
     return work, model, tok
 
 

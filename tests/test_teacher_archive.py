@@ -9,17 +9,14 @@ import pytest
 
 from app.demo import teacher
 from app.demo.teacher_archive import pack, read_archive, restore
+from tests.builders import make_teacher_replies
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory, tiny_models):
-    from mlx_lm import load
-
-    model, tok = load(str(tiny_models.target))
     work = tmp_path_factory.mktemp("teacher")
-    gen = teacher.TeacherGenerator(work, model, tok, batch=4, max_tokens=10, log=lambda m: None)
-    gen.generate_heldout(2)
-    gen.generate(max_records=5)
+    model, _ = make_teacher_replies(work, tiny_models.target, heldout=2, records=5,
+                                    max_tokens=10)
     return work, model
 
 

@@ -72,3 +72,32 @@ def test_a_new_run_starts_from_a_head_folder(tiny_teacher, tmp_path):
     assert not all(np.allclose(mine[k], fresh[k], atol=2e-3) for k in mine)
     run = json.loads((tmp_path / "b" / "mtp" / "run.json").read_text())
     assert run["init_from"]["path"] == str(head)
+
+
+def test_a_warm_start_from_a_folder_that_is_no_head_is_refused_plainly(tiny_teacher, tmp_path):
+    from app.errors import DraftPairError
+
+    work, model, tok = tiny_teacher
+    empty = tmp_path / "not-a-head"
+    empty.mkdir()
+    (empty / "draft_head.json").write_text(json.dumps({"token_ids": [1, 2, 3]}))
+    with pytest.raises(DraftPairError, match="no model.safetensors"):
+        MTPTrainer(tmp_path / "run", work, model, tok, lambda m: None, cfg=_cfg(),
+                   init_from=empty)
+    mx.save_safetensors(str(empty / "model.safetensors"), {"fc.weight": mx.zeros((3, 3))})
+    with pytest.raises(DraftPairError, match="does not fit"):
+        MTPTrainer(tmp_path / "run", work, model, tok, lambda m: None, cfg=_cfg(),
+                   init_from=empty)
+    assert not (tmp_path / "run" / "mtp" / "run.json").exists()
+    assert not (tmp_path / "run" / "mtp" / "draft_head.json").exists()
+
+
+def test_an_existing_run_resumes_and_ignores_a_warm_start(tiny_teacher, tmp_path):
+    work, model, tok = tiny_teacher
+    first = MTPTrainer(tmp_path, work, model, tok, lambda m: None, cfg=_cfg())
+    first.save_checkpoint()
+    logs: list[str] = []
+    again = MTPTrainer(tmp_path, work, model, tok, logs.append, init_from=tmp_path / "nowhere")
+    assert any("--init-from is for new runs" in m for m in logs)
+    mine, theirs = _weights(first), _weights(again)
+    assert all(np.array_equal(mine[k], theirs[k]) for k in mine)

@@ -63,7 +63,7 @@ def test_restore_without_soft_labels_then_states_pass_computes_them(generated, t
     archive = tmp_path / "teacher.jsonl.xz"
     pack(work, archive)
     fresh = tmp_path / "fresh"
-    n, _ = restore(archive, fresh, None, log=lambda m: None, soft=False)
+    n, _ = restore(archive, fresh, None, log=lambda m: None)
     assert n == 7
     assert all("topk_ids" not in r for r in teacher.load_records(fresh))
 

@@ -202,7 +202,6 @@ def _teacher_restore(args) -> int:
         raise CliError(f"There is no teacher archive at {archive}.")
     model = None if args.no_soft_labels else load(str(ensure_demo_target(print)))[0]
     seconds = args.minutes * 60 if args.minutes else None
-    n, tokens = restore(archive, _workdir(args), model, seconds=seconds,
-                        soft=not args.no_soft_labels)
+    n, tokens = restore(archive, _workdir(args), model, seconds=seconds)
     print(f"restored {n} replies ({tokens} tokens)")
     return 0

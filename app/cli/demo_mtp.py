@@ -45,7 +45,7 @@ def register(sub, workdir_arg) -> None:
                     help="head folder (default: the best checkpoint of the run in --workdir)")
     ev.add_argument("--engine", action="store_true",
                     help="also run the engine on held-out prompts: plain vs mtp vs full-model")
-    ev.add_argument("--prompts", type=int, default=16)
+    ev.add_argument("--prompts", type=_positive, default=16)
     ev.add_argument("--prompt-set", choices=["chat", "heldout"], default="chat",
                     help="chat: hand-written chat requests, none from the training generator "
                          "(default); heldout: the generator's held-out prompts")
@@ -58,6 +58,18 @@ def register(sub, workdir_arg) -> None:
     ex.add_argument("--out", type=Path, default=None)
     ex.add_argument("--checkpoint", choices=["best", "latest"], default="best")
     ex.set_defaults(func=_export)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return n
 
 
 def _teacher_arg(p) -> None:

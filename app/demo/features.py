@@ -46,17 +46,6 @@ def target_prenorm(model, tokens: list[int]) -> mx.array:
     return h[0]
 
 
-def logits_from_prenorm(model, prenorm: mx.array) -> mx.array:
-    """The target's output logits for rows of its last layer's output."""
-    from app.engine.drafters.mtp_head import inner_model
-
-    inner = inner_model(model)
-    h = inner.norm(prenorm)
-    if getattr(model, "lm_head", None) is not None:
-        return model.lm_head(h)
-    return inner.embed_tokens.as_linear(h)
-
-
 def reply_topk(model, prenorm: mx.array, prompt_len: int, k: int = SOFT_TOPK
                ) -> tuple[mx.array, mx.array]:
     """Top-``k`` ids of the target at every reply token of a record (the row before each
@@ -64,7 +53,9 @@ def reply_topk(model, prenorm: mx.array, prompt_len: int, k: int = SOFT_TOPK
     over those ``k`` (what the trainers use; a log-sum-exp over the whole vocabulary would
     cost more than the top-k itself on this CPU)."""
     rows = prenorm[max(prompt_len - 1, 0) : prenorm.shape[0] - 1]
-    logits = logits_from_prenorm(model, rows).astype(mx.float32)
+    from app.engine.drafters.mtp_head import target_head
+
+    logits = target_head(model)(final_norm(model, rows)).astype(mx.float32)
     ids = top_ids(logits, k)
     top = mx.take_along_axis(logits, ids, axis=-1)
     lp = top - mx.logsumexp(top, axis=-1, keepdims=True)

@@ -151,9 +151,8 @@ def main(workdir: Path, teacher_dir: Path, args) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = json.loads(path.read_text()) if path.exists() else {}
     runs = dict(kept.get("engine_runs") or {})
-    if "engine" in kept and "engine_runs" not in kept:  # written before runs were kept per set
-        runs[kept["engine"].get("prompt_set", "heldout")] = kept["engine"]
     if args.engine:
         runs[args.prompt_set] = out["engine"]
-    path.write_text(json.dumps({**out, "engine_runs": runs}, indent=1) + "\n")
+    saved = {"teacher_forced": out["teacher_forced"], "engine_runs": runs}
+    path.write_text(json.dumps(saved, indent=1) + "\n")
     return out

@@ -111,10 +111,7 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
             f"{tf['postnorm']['agreement']:.3f} |\n"
             f"| pre-final-norm state | {tf['prenorm']['agreement']:.3f} |\n")
     eng_lines = ""
-    runs = evals.get("engine_runs") or (
-        {evals["engine"].get("prompt_set", "heldout"): evals["engine"]} if evals.get("engine")
-        else {})
-    for which, eng in sorted(runs.items()):
+    for which, eng in sorted((evals.get("engine_runs") or {}).items()):
         m, f = eng["mtp"], eng["full-model"]
         eng_lines += (
             f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(which, which)}, up to "

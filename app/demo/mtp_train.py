@@ -48,6 +48,7 @@ from app.engine.drafters.mtp_head import (
     inner_model,
     new_layer_like,
 )
+from app.errors import DraftPairError
 from app.fileio import atomic_write_json
 
 SOFT_K = 8
@@ -108,8 +109,12 @@ class MTPTrainer:
             self.cfg.train_minutes = extend_to  # train further: a longer schedule
         self.vocab = int(target.args.vocab_size)
         head_file = self.dir / "draft_head.json"
-        if init_from is not None and not run:
-            shutil.copy(init_from / "draft_head.json", head_file)
+        if init_from is not None and run:
+            log(f"run: {self.dir} already holds a run; it resumes, --init-from is for new runs")
+            init_from = None
+        if init_from is not None:
+            _check_head_folder(init_from)
+            shutil.copyfile(init_from / "draft_head.json", head_file)
         if not head_file.exists():
             recs = teacher.load_records(teacher_dir)
             always = sorted({int(t) for t in tokenizer.eos_token_ids}
@@ -118,9 +123,14 @@ class MTPTrainer:
             atomic_write_json(head_file, {"format": 1, "token_ids": ids})
         self.set_head(json.loads(head_file.read_text())["token_ids"])
         self.module = init_demo_module(target)
-        if init_from is not None and not run:
+        if init_from is not None:
             weights = mx.load(str(init_from / "model.safetensors"))
-            self.module.load_weights([(k, v.astype(mx.float32)) for k, v in weights.items()])
+            try:
+                self.module.load_weights([(k, v.astype(mx.float32)) for k, v in weights.items()])
+            except ValueError as exc:
+                head_file.unlink(missing_ok=True)
+                raise DraftPairError(f"The head in {init_from} does not fit the demo target's "
+                                     "MTP module.", detail=str(exc)) from None
             mx.eval(self.module.parameters())
         import mlx.optimizers as optim
 
@@ -306,13 +316,14 @@ class MTPTrainer:
         module = module or self.module
         ok = tot = both = 0
         loss_sum = 0.0
+        head_ids = np.array(self.head_ids)
         for s in range(0, len(self.heldout), 8):
             exs = self.heldout[s : s + 8]
             X, H, Y, M, _, _, X2 = self._collate(exs, setting)
             logits, logits2 = self.two_logits(module, X, H, X2)
             logits = logits.astype(mx.float32)
             pred = mx.argmax(logits, axis=-1)
-            pred2 = np.array(self.head_ids)[np.array(mx.argmax(logits2, axis=-1))]
+            pred2 = head_ids[np.array(mx.argmax(logits2, axis=-1))]
             lse = mx.logsumexp(logits, axis=-1)
             nll = lse - mx.take_along_axis(logits, Y[..., None], axis=-1)[..., 0]
             # agreement counts every reply position (labels outside the head are misses)
@@ -322,7 +333,7 @@ class MTPTrainer:
                 n = len(e["x"])
                 full[r, e["start"]:n] = 1.0
                 ytok[r, :n] = e["y_tok"]
-            pred_tok = np.array(self.head_ids)[np.array(pred)]
+            pred_tok = head_ids[np.array(pred)]
             hit = (pred_tok == ytok) * full
             ok += int(hit.sum())
             tot += int(full.sum())
@@ -432,6 +443,13 @@ class MTPTrainer:
 
     def finished(self) -> bool:
         return self.train_seconds >= self.cfg.train_minutes * 60
+
+
+def _check_head_folder(head: Path) -> None:
+    missing = [n for n in ("model.safetensors", "draft_head.json") if not (head / n).is_file()]
+    if missing:
+        raise DraftPairError(f"{head} is not an MTP head folder (it has no "
+                             f"{' or '.join(missing)}).")
 
 
 def _describe(head: Path) -> dict:

@@ -80,10 +80,10 @@ def soft_labels(model, record: dict) -> tuple[list[list[int]], list[list[float]]
 
 
 def restore(archive: Path, workdir: Path, model, *, log: Callable[[str], None] = print,
-            seconds: float | None = None, soft: bool = True) -> tuple[int, int]:
+            seconds: float | None = None) -> tuple[int, int]:
     """Write the archive's replies missing from ``workdir`` back, with their soft labels
-    (``soft=False``: without them, in seconds; a head trained on the target's states
-    computes them in the same pass as the states, ``features.py``)."""
+    computed by ``model`` (``model=None``: without them, in seconds; a head trained on the
+    target's states computes them in the same pass as the states, ``features.py``)."""
     workdir = Path(workdir)
     (workdir / "shards").mkdir(parents=True, exist_ok=True)
     have = {("heldout", int(r["index"])) for r in teacher.load_heldout(workdir)}
@@ -103,7 +103,7 @@ def restore(archive: Path, workdir: Path, model, *, log: Callable[[str], None] =
             if seconds is not None and time.monotonic() - started > seconds:
                 break
             out = {k: rec[k] for k in KEPT if k in rec}
-            if soft:
+            if model is not None:
                 out["topk_ids"], out["topk_lp"] = soft_labels(model, rec)
             fh = held if rec["split"] == "heldout" else train
             fh.write(json.dumps(out, separators=(",", ":")) + "\n")

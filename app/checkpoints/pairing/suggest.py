@@ -140,14 +140,14 @@ def suggest_drafts(
                                       or mtp_source.declared_layers(t.config)):
                 continue
             report = check(t, None, kind=kind, context=context, budget=budget)
-            reason = (
-                "Copies likely continuations from the prompt; best for edits and rewrites."
-                if kind == "prompt-lookup"
-                else _builtin_note(Path(shipped)) or "Uses the head shipped for this model."
-                if shipped
-                else "Uses the prediction head kept beside the target." if beside
-                else "Uses the prediction head shipped inside the target."
-            )
+            if kind == "prompt-lookup":
+                reason = "Copies likely continuations from the prompt; best for edits and rewrites."
+            elif shipped:
+                reason = _builtin_note(Path(shipped)) or "Uses the head shipped for this model."
+            elif beside:
+                reason = "Uses the prediction head kept beside the target."
+            else:
+                reason = "Uses the prediction head shipped inside the target."
             options.append(
                 Suggestion(label, None, kind, report, reason if report.works else report.summary())
             )

@@ -132,7 +132,8 @@ class MTPHead:
         return post if self.hidden_state == POSTNORM else pre
 
 
-def _target_head(model: nn.Module):
+def target_head(model: nn.Module):
+    """The target's output layer: its LM head, or its embedding read as one (tied)."""
     lm = getattr(model, "language_model", model)
     head = getattr(lm, "lm_head", None) or getattr(model, "lm_head", None)
     if head is not None:
@@ -148,7 +149,7 @@ class BoundHead:
         inner = inner_model(target_model)
         self.embed = inner.embed_tokens
         self.embed_scale = float(getattr(inner, "embed_scale", 1.0))
-        self.full_head = _target_head(target_model)
+        self.full_head = target_head(target_model)
         self.ids = head.head_ids
         self.weight = head.head_weight
 

@@ -550,3 +550,18 @@ def test_width_policy_learns_that_later_proposals_are_weaker():
         even.observe(4, 4)
         even.observe(4, 2)
     assert even.choose(4) >= 3
+
+
+def test_width_policy_does_not_guess_a_deeper_proposal_better_than_the_first():
+    """Rounds of one proposal accepted a third of the time: the second proposal, never
+    tried, is not assumed better than the first, so rounds stay one proposal wide (a guess of
+    0.6 for the untried depth would make two look worth it at these costs)."""
+    from app.engine.width import WidthPolicy
+
+    p = WidthPolicy(4)
+    p.set_costs(verify_slope=0.06, draft_cost=0.09)
+    for k, n in [(1, 0), (1, 0), (1, 1)] * 6:
+        p.observe(k, n)
+    assert p.rate(0) == pytest.approx(1 / 3, abs=0.08)
+    assert p.rate(1) == pytest.approx(p.rate(0))
+    assert p.choose(4) == 1

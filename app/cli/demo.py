@@ -6,6 +6,7 @@ status   what is prepared / how far a training run got
 eval     held-out acceptance of a draft (teacher-forced; with --engine, the real engine)
 export   write the best checkpoint of a run as the shipped draft (resources/demo-draft)
 mtp-train, mtp-eval, mtp-export   the demo target's MTP head (see app/cli/demo_mtp.py)
+teacher-self    more teacher replies, to requests the target imagines itself
 teacher-pack, teacher-restore     keep the teacher replies with the project, and bring them
                                   back into a work folder (see app/demo/teacher_archive.py)
 """
@@ -102,6 +103,15 @@ def register(subparsers) -> None:
                     help="write the replies only (seconds); demo mtp-train computes their "
                          "soft labels in the pass that reads the target's states")
     rs.set_defaults(func=_teacher_restore)
+
+    sr = sub.add_parser("teacher-self",
+                        help="more teacher replies, to requests the demo target imagines "
+                             "itself (chat-worded; resumable)")
+    _workdir_arg(sr)
+    sr.add_argument("--minutes", type=float, default=30.0, help="stop after so many minutes")
+    sr.add_argument("--batch", type=int, default=32, help="generation batch size")
+    sr.add_argument("--max-tokens", type=int, default=256, help="reply length cap")
+    sr.set_defaults(func=_teacher_self)
 
     from app.cli import demo_dflash
 
@@ -204,4 +214,20 @@ def _teacher_restore(args) -> int:
     seconds = args.minutes * 60 if args.minutes else None
     n, tokens = restore(archive, _workdir(args), model, seconds=seconds)
     print(f"restored {n} replies ({tokens} tokens)")
+    return 0
+
+
+def _teacher_self(args) -> int:
+    from mlx_lm import load
+
+    from app.cli import CliError
+    from app.demo import self_requests
+    from app.demo.target import ensure_demo_target
+
+    if args.minutes <= 0 or args.batch <= 0 or args.max_tokens <= 0:
+        raise CliError("--minutes, --batch and --max-tokens must be positive")
+    model, tokenizer = load(str(ensure_demo_target(print)))
+    n, tokens = self_requests.generate(model, tokenizer, _workdir(args), minutes=args.minutes,
+                                       batch=args.batch, max_tokens=args.max_tokens)
+    print(f"teacher-self: +{n} replies, +{tokens} tokens")
     return 0

@@ -84,6 +84,7 @@ class TeacherGenerator:
         self.log = log
         (workdir / "shards").mkdir(parents=True, exist_ok=True)
         self.eos = int(tokenizer.eos_token_id)
+        self._shard: Path | None = None  # this run's shard for prompts from elsewhere
 
     def _run(self, todo: Iterator[tuple[int, dict]], out_path: Path, *, seconds: float | None,
              max_records: int | None) -> tuple[int, int]:
@@ -182,11 +183,13 @@ class TeacherGenerator:
 
     def generate(self, *, seconds: float | None = None, max_records: int | None = None
                  ) -> tuple[int, int]:
+        from app.demo.self_requests import INDEX_BASE
+
         done: set[int] = set()
         seen: set[str] = set()
         for r in load_records(self.workdir):
             done.add(r["index"])
-        max_done = max(done) if done else -1
+        max_done = max((i for i in done if i < INDEX_BASE), default=-1)
 
         def todo() -> Iterator[tuple[int, dict]]:
             for idx, p in prompt_stream(0, self.seed, heldout=False):
@@ -202,6 +205,20 @@ class TeacherGenerator:
 
         shard = self.workdir / "shards" / f"gen-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
         return self._run(todo(), shard, seconds=seconds, max_records=max_records)
+
+
+    def run_prompts(self, todo: Iterator[tuple[int, dict]], *, heldout: bool,
+                    seconds: float | None = None) -> tuple[int, int]:
+        """Answer ``(index, prompt)`` pairs from elsewhere (sampled requests) into the
+        held-out file or this run's shard; (replies, tokens)."""
+        if heldout:
+            path = self.workdir / "heldout.jsonl"
+        else:
+            if self._shard is None:
+                self._shard = (self.workdir / "shards"
+                               / f"self-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+            path = self._shard
+        return self._run(todo, path, seconds=seconds, max_records=None)
 
 
 def prompt_for(record: dict, seed: int = 0) -> dict:

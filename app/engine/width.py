@@ -1,15 +1,17 @@
 """How many proposals a round asks for: the loop's width policy.
 
 Acceptance is tracked per depth: ``a_j``, how often the ``j``-th proposal of a round is
-accepted when the ones before it were (a decayed running count per depth, each with a weak
-prior of 0.6). Later proposals are often much weaker than the first — an MTP head chaining
-on its own state, a drafter far from its training data — and one rate for all depths would
-send rounds too wide. A round of ``k`` proposals then yields on average
+accepted when the ones before it were (a decayed running count per depth). Each depth has
+the weight of one observation on a prior: 0.6 for the first proposal, and for a later one the
+rate of the depth before it — a proposal is not assumed better than the one it follows, so a
+depth that rounds seldom reach is not tried wider on a hopeful guess. Later proposals are
+often much weaker than the first — an MTP head chaining on its own state, a drafter far from
+its training data — and one rate for all depths would send rounds too wide. A round of ``k`` proposals then yields on average
 ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_k`` tokens and costs
 ``1 + verify_slope * k + drafter.cost(k)`` target steps (a sequential drafter costs ``k`` of
 its steps, a block drafter one pass); a plain step yields 1 token for 1 step. The policy picks
-the ``k`` (0 = plain step) with the best ratio. A depth that rounds have not reached yet keeps
-its prior, so a wider round is tried when the depths before it do well. While it decodes
+the ``k`` (0 = plain step) with the best ratio. A depth that rounds have not reached yet takes
+the rate of the one before, so a wider round is tried when the depths before it do well. While it decodes
 plainly it probes with one proposal every ``probe_every`` steps so that a draft that starts
 agreeing is noticed; each failed probe doubles that interval (up to ``probe_max``), an
 accepted one resets it.
@@ -24,6 +26,8 @@ from collections.abc import Callable
 
 DEFAULT_VERIFY_SLOPE = 0.06  # extra cost per verified token, in target steps (before warm-up)
 DEFAULT_DRAFT_COST = 0.05  # one draft step, in target steps (before warm-up)
+PRIOR_RATE = 0.6  # the first proposal's acceptance before any is observed
+PRIOR_WEIGHT = 1.0  # in observed rounds
 
 
 class WidthPolicy:
@@ -38,8 +42,8 @@ class WidthPolicy:
         self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
         self.rejected = 0.4
         # per depth j (0-based): decayed count of rounds that reached it, and of acceptances
-        self.reached = [1.0] * max(max_width, 1)
-        self.hits = [0.6] * max(max_width, 1)
+        self.reached = [0.0] * max(max_width, 1)
+        self.hits = [0.0] * max(max_width, 1)
         self.verify_slope = DEFAULT_VERIFY_SLOPE
         self.draft_cost = DEFAULT_DRAFT_COST
         self.plain_streak = 0
@@ -58,7 +62,10 @@ class WidthPolicy:
 
     def rate(self, depth: int) -> float:
         """Acceptance of the ``depth``-th proposal (0-based) given the ones before it."""
-        return min(self.hits[depth] / self.reached[depth], 0.999)
+        prior = PRIOR_RATE
+        for j in range(depth + 1):
+            prior = (self.hits[j] + PRIOR_WEIGHT * prior) / (self.reached[j] + PRIOR_WEIGHT)
+        return min(prior, 0.999)
 
     def drafting_cost(self, k: int) -> float:
         if self.cost is not None:

@@ -1,0 +1,162 @@
+"""Requests the demo target imagines itself: teacher data worded the way people chat.
+
+An instruction-tuned model sampled from an empty user turn (its chat template up to where the
+user's text would start) writes the kind of request it was tuned on — the "Magpie" recipe
+(Xu et al., 2024). The programmatic prompt generator (``prompts.py``) covers tasks by
+template; these requests cover everyday wording no template has, so a drafter trained on the
+target's replies to both fits the replies people actually get. None of them is hand-written,
+and none comes from the hand-written chat requests the demo drafters are measured on
+(``chat_prompts.py``).
+
+``WORKDIR/self_requests.jsonl`` holds the sampled requests (one JSON object a line: n, text),
+appended as they are sampled; replies go through the teacher generator like any prompt, with
+record indices from ``INDEX_BASE`` up, one in ``HELDOUT_EVERY`` to the held-out file. Both
+steps resume: a request already answered is not answered again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from app.demo import teacher
+
+INDEX_BASE = 1_000_000_000  # record indices of self requests (generator indices stay below)
+HELDOUT_EVERY = 25
+FILE = "self_requests.jsonl"
+MARK = "\x00"
+
+Log = Callable[[str], None]
+
+
+def request_prefix(tokenizer) -> list[int]:
+    """Token ids of the chat template up to where a user's request starts."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": MARK}],
+                                         add_generation_prompt=False, tokenize=False)
+    head = text.split(MARK)[0]
+    return list(tokenizer.encode(head, add_special_tokens=False))
+
+
+def usable(text: str, seen: set[str]) -> bool:
+    """A request worth answering: a few words to a paragraph, readable, new."""
+    words = text.split()
+    if not 3 <= len(words) <= 90:
+        return False
+    if "<|" in text or "|>" in text:
+        return False
+    printable = sum(ch.isprintable() or ch in "\n\t" for ch in text)
+    if printable < len(text) or sum(ch.isascii() for ch in text) < 0.95 * len(text):
+        return False
+    key = " ".join(words).lower()
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def load_requests(workdir: Path) -> list[dict]:
+    return list(teacher.read_jsonl(workdir / FILE))
+
+
+def sample_requests(model, tokenizer, workdir: Path, n: int, *, batch: int = 32,
+                    temp: float = 0.8, top_p: float = 0.95, max_tokens: int = 96,
+                    seed: int = 0, log: Log = print) -> int:
+    """Sample until ``n`` more usable requests are in ``workdir``, drawing at most
+    ``4 * max(n, batch)``; returns how many were added."""
+    import mlx.core as mx
+    from mlx_lm.generate import BatchGenerator
+    from mlx_lm.sample_utils import make_sampler
+
+    have = load_requests(workdir)
+    seen: set[str] = set()
+    for r in have:
+        usable(r["text"], seen)
+    next_n = max((int(r["n"]) for r in have), default=-1) + 1
+    mx.random.seed(seed + next_n)  # a resumed run does not redraw the same requests
+    prefix = request_prefix(tokenizer)
+    end_ids = {int(t) for t in tokenizer.eos_token_ids}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if hasattr(
+        tokenizer, "convert_tokens_to_ids") else None
+    if isinstance(im_end, int) and im_end >= 0:
+        end_ids.add(im_end)
+    added = drawn = 0
+    with open(workdir / FILE, "a", encoding="utf-8") as out:
+        while added < n and drawn + batch <= 4 * max(n, batch):
+            gen = BatchGenerator(model, stop_tokens=[[t] for t in sorted(end_ids)],
+                                 sampler=make_sampler(temp=temp, top_p=top_p),
+                                 completion_batch_size=batch, prefill_batch_size=batch,
+                                 max_tokens=max_tokens)
+            uids = gen.insert([prefix] * batch, [max_tokens] * batch)
+            texts: dict[int, list[int]] = {u: [] for u in uids}
+            finished: dict[int, str] = {}
+            while len(finished) < len(uids):
+                for r in gen.next_generated():
+                    if r.finish_reason != "stop":
+                        texts[r.uid].append(int(r.token))
+                    if r.finish_reason is not None:
+                        finished[r.uid] = r.finish_reason
+            gen.close()
+            drawn += batch
+            for u in uids:
+                if finished.get(u) != "stop":
+                    continue  # cut off at the length cap: not a whole request
+                text = tokenizer.decode(texts[u]).strip()
+                if usable(text, seen):
+                    out.write(json.dumps({"n": next_n, "text": text}, ensure_ascii=False) + "\n")
+                    out.flush()
+                    next_n += 1
+                    added += 1
+    log(f"self requests: +{added} of {drawn} sampled ({len(have) + added} in {workdir / FILE})")
+    return added
+
+
+def prompt_of(request: dict) -> tuple[int, dict, bool]:
+    """(record index, teacher prompt, held out) of a sampled request."""
+    n = int(request["n"])
+    prompt = {"id": f"self-{n}", "kind": "self",
+              "messages": [{"role": "user", "content": request["text"]}]}
+    return INDEX_BASE + n, prompt, n % HELDOUT_EVERY == HELDOUT_EVERY - 1
+
+
+def unanswered(workdir: Path, *, heldout: bool) -> Iterator[tuple[int, dict]]:
+    recs = teacher.load_heldout(workdir) if heldout else teacher.load_records(workdir)
+    done = {int(r["index"]) for r in recs}
+    for req in load_requests(workdir):
+        idx, prompt, held = prompt_of(req)
+        if held == heldout and idx not in done:
+            yield idx, prompt
+
+
+def generate(model, tokenizer, workdir: Path, *, minutes: float, batch: int = 32,
+             requests_per_round: int = 96, max_tokens: int = 256,
+             max_requests: int | None = None, log: Log = print) -> tuple[int, int]:
+    """Sample requests and answer them greedily until ``minutes`` are up (or the requests
+    file holds ``max_requests`` and all are answered); (replies, tokens) of this run."""
+    workdir = Path(workdir)
+    (workdir / "shards").mkdir(parents=True, exist_ok=True)
+    gen = teacher.TeacherGenerator(workdir, model, tokenizer, batch=batch,
+                                   max_tokens=max_tokens, topk=0, log=log)
+    start = time.monotonic()
+    n_rec = n_tok = 0
+
+    def left() -> float:
+        return minutes * 60 - (time.monotonic() - start)
+
+    while left() > 0:
+        if not any(True for _ in unanswered(workdir, heldout=False)):
+            have = len(load_requests(workdir))
+            want = requests_per_round
+            if max_requests is not None:
+                want = min(want, max_requests - have)
+            if want <= 0 or not sample_requests(model, tokenizer, workdir, want,
+                                                batch=batch, log=log):
+                break
+        gen.run_prompts(unanswered(workdir, heldout=True), heldout=True, seconds=left())
+        r, t = gen.run_prompts(unanswered(workdir, heldout=False), heldout=False,
+                               seconds=left())
+        n_rec, n_tok = n_rec + r, n_tok + t
+        log(f"self replies: +{n_rec} replies, +{n_tok} tokens "
+            f"({n_tok / max(time.monotonic() - start, 1e-9):.0f} tok/s overall)")
+    return n_rec, n_tok

@@ -1,0 +1,83 @@
+"""Teacher replies to requests the target samples itself: the user-turn prefix, the filter,
+real sampling and real greedy replies on a tiny target, the held-out split and resuming."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.demo import self_requests as sr
+from app.demo import teacher
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_models):
+    from mlx_lm import load
+
+    return load(str(tiny_models.target))
+
+
+def test_usable_keeps_readable_new_requests_only():
+    seen: set[str] = set()
+    assert sr.usable("How do I keep basil alive indoors?", seen)
+    assert not sr.usable("how do  I keep basil alive INDOORS?", seen)  # same words again
+    assert not sr.usable("Hi", seen)  # too short
+    assert not sr.usable(" ".join(["word"] * 91), seen)  # a rambling page
+    assert not sr.usable("Tell me more <|im_start|> about it", seen)  # template leaked
+    assert not sr.usable("Explain \u00e9\u00e8\u00ea\u00eb\u00e0 ce texte \u00e0 moi", seen)
+    assert not sr.usable("Explain this text\x07 to me", seen)  # control character
+    assert sr.usable("Explain this text to me, line by line.", seen)
+
+
+def test_prefix_is_the_chat_template_up_to_the_users_words(loaded):
+    _, tok = loaded
+    prefix = sr.request_prefix(tok)
+    full = tok.apply_chat_template([{"role": "user", "content": "Plant tips?"}],
+                                   add_generation_prompt=False, tokenize=False)
+    assert tok.decode(prefix) == full[: full.index("Plant tips?")]
+    assert tok.decode(prefix).endswith("<|im_start|>user\n")
+
+
+def test_sampled_requests_are_stored_numbered_and_filtered(loaded, tmp_path):
+    model, tok = loaded
+    logs: list[str] = []
+    added = sr.sample_requests(model, tok, tmp_path, 3, batch=8, max_tokens=12, log=logs.append)
+    stored = sr.load_requests(tmp_path)
+    assert len(stored) == added <= 3
+    assert [r["n"] for r in stored] == list(range(added))
+    seen: set[str] = set()
+    assert all(sr.usable(r["text"], seen) for r in stored)
+    assert logs and f"+{added} of" in logs[-1]
+    # drawing stops after a bounded number of samples even when few are usable
+    drawn = int(logs[-1].split(" of ")[1].split()[0])
+    assert 8 <= drawn <= 4 * 8
+
+
+def test_requests_are_answered_once_with_one_in_25_held_out(loaded, tmp_path):
+    model, tok = loaded
+    texts = [f"Question number {i}: what should I cook tonight?" for i in range(26)]
+    with open(tmp_path / sr.FILE, "w", encoding="utf-8") as fh:
+        for i, t in enumerate(texts):
+            fh.write(json.dumps({"n": i, "text": t}) + "\n")
+    n, tokens = sr.generate(model, tok, tmp_path, minutes=5, batch=4, max_tokens=5,
+                            max_requests=26, log=lambda m: None)
+    train, held = teacher.load_records(tmp_path), teacher.load_heldout(tmp_path)
+    assert n == len(train) == 25 and tokens == sum(len(r["reply_ids"]) for r in train)
+    assert [r["index"] for r in held] == [sr.INDEX_BASE + 24]
+    for r in train + held:
+        i = r["index"] - sr.INDEX_BASE
+        assert r["kind"] == "self" and r["id"] == f"self-{i}"
+        messages = [{"role": "user", "content": texts[i]}]
+        assert r["prompt_ids"] == teacher.encode_prompt(tok, messages)
+        assert 1 <= len(r["reply_ids"]) <= 5
+    # resuming answers nothing twice and samples nothing past max_requests
+    assert sr.generate(model, tok, tmp_path, minutes=5, batch=4, max_tokens=5,
+                       max_requests=26, log=lambda m: None) == (0, 0)
+    assert len(sr.load_requests(tmp_path)) == 26
+    # the prompt generator still continues from its own indices, not after the self ones
+    gen = teacher.TeacherGenerator(tmp_path, model, tok, batch=4, max_tokens=3, topk=0,
+                                   log=lambda m: None)
+    assert gen.generate(max_records=2)[0] == 2
+    generated = [r["index"] for r in teacher.load_records(tmp_path) if r["kind"] != "self"]
+    assert len(generated) == 2 and max(generated) < 1000

@@ -72,6 +72,11 @@ def test_a_new_run_starts_from_a_head_folder(tiny_teacher, tmp_path):
     assert not all(np.allclose(mine[k], fresh[k], atol=2e-3) for k in mine)
     run = json.loads((tmp_path / "b" / "mtp" / "run.json").read_text())
     assert run["init_from"]["path"] == str(head)
+    # the output rows chosen from this run's data instead; the weights still the head's
+    rows = MTPTrainer(tmp_path / "d", work, model, tok, lambda m: None, cfg=_cfg(),
+                      init_from=head, new_head_ids=True)
+    assert rows.head_ids == first.head_ids != warm.head_ids
+    assert all(np.allclose(mine[k], v, atol=2e-3) for k, v in _weights(rows).items())
 
 
 def test_a_warm_start_from_a_folder_that_is_no_head_is_refused_plainly(tiny_teacher, tmp_path):

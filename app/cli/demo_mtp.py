@@ -34,6 +34,12 @@ def register(sub, workdir_arg) -> None:
     tr.add_argument("--chain-weight", type=float, default=0.0,
                     help="also learn the chained second proposal, its loss weighted so "
                          "(new runs; 0: the first proposal only)")
+    tr.add_argument("--chat-weight", type=float, default=1.0,
+                    help="times per epoch a reply to a request the target sampled itself "
+                         "(demo teacher-self) is trained on (new runs)")
+    tr.add_argument("--new-head-ids", action="store_true",
+                    help="with --init-from: choose the output rows from this run's teacher "
+                         "data instead of keeping the warm start's")
     tr.add_argument("--hidden-state", choices=["postnorm", "prenorm"], default="postnorm",
                     help="target state the head reads (new runs)")
     tr.set_defaults(func=_train)
@@ -86,13 +92,20 @@ def _dirs(args) -> tuple[Path, Path]:
 
 
 def _train(args) -> int:
+    from app.cli import CliError
     from app.demo import mtp_train
+
+    if args.chat_weight < 0:
+        raise CliError("--chat-weight cannot be negative")
+    if args.new_head_ids and args.init_from is None:
+        raise CliError("--new-head-ids goes with --init-from (a new run chooses its rows anyway)")
 
     work, tdir = _dirs(args)
     mtp_train.run(work, tdir, minutes=args.minutes, train_minutes=args.train_minutes,
                   lr=args.lr, setting=args.hidden_state, extract_minutes=args.extract_minutes,
                   chunk_minutes=args.chunk_minutes, chain_weight=args.chain_weight,
-                  batch_tokens=args.batch_tokens, init_from=args.init_from)
+                  chat_weight=args.chat_weight, batch_tokens=args.batch_tokens,
+                  init_from=args.init_from, new_head_ids=args.new_head_ids)
     return 0
 
 

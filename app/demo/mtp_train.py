@@ -38,6 +38,8 @@ import numpy as np
 from app.demo import teacher
 from app.demo.features import FeatureStore, teacher_items
 from app.demo.mtp_chain import two_step
+from app.demo.mtp_data import batches, collate, make_examples
+from app.demo.self_requests import is_self_key as is_chat
 from app.demo.train.init_draft import choose_head
 from app.demo.train.workdir import Logger
 from app.engine.drafters.mtp_head import (
@@ -51,7 +53,6 @@ from app.engine.drafters.mtp_head import (
 from app.errors import DraftPairError
 from app.fileio import atomic_write_json
 
-SOFT_K = 8
 HEAD_SIZE = 8192
 
 
@@ -68,6 +69,7 @@ class MTPTrainConfig:
     eval_minutes: float = 4.0
     soft_weight: float = 1.0
     chain_weight: float = 0.0  # weight of the chained (second) proposal's loss
+    chat_weight: float = 1.0  # times per epoch a reply to a self-sampled request is seen
     hidden_state: str = POSTNORM
     head_size: int = HEAD_SIZE
     seed: int = 0
@@ -92,7 +94,7 @@ def init_demo_module(target) -> MTPModule:
 class MTPTrainer:
     def __init__(self, workdir: Path, teacher_dir: Path, target, tokenizer, log, *,
                  cfg: MTPTrainConfig | None = None, extend_to: float | None = None,
-                 init_from: Path | None = None):
+                 init_from: Path | None = None, new_head_ids: bool = False):
         self.workdir = workdir
         self.teacher_dir = teacher_dir
         self.target = target
@@ -114,7 +116,8 @@ class MTPTrainer:
             init_from = None
         if init_from is not None:
             _check_head_folder(init_from)
-            shutil.copyfile(init_from / "draft_head.json", head_file)
+            if not new_head_ids:
+                shutil.copyfile(init_from / "draft_head.json", head_file)
         if not head_file.exists():
             recs = teacher.load_records(teacher_dir)
             always = sorted({int(t) for t in tokenizer.eos_token_ids}
@@ -162,6 +165,8 @@ class MTPTrainer:
     def refresh_data(self, seconds: float | None = None) -> None:
         """Extract the states of new teacher replies (bounded time), then reload."""
         held, train = teacher_items(self.teacher_dir)
+        # replies to self-sampled requests first: the scarce kind, worded as people chat
+        train.sort(key=lambda item: not is_chat(item[0]))
         self.store.extract(self.target, held, log=self.log, max_len=self.cfg.max_len)
         added = self.store.extract(self.target, train, log=self.log, seconds=seconds,
                                    max_len=self.cfg.max_len)
@@ -180,81 +185,15 @@ class MTPTrainer:
         return h
 
     def _examples(self, feats: list[dict]) -> list[dict]:
-        out = []
-        for f in feats:
-            toks = f["tokens"]
-            n, p = len(toks), int(f["prompt_len"])
-            if n < 3:
-                continue
-            x = np.array(toks[1 : n - 1], dtype=np.int32)  # t_{i+1}, i = 0..n-3
-            y_tok = np.array(toks[2:n], dtype=np.int32)  # t_{i+2}
-            y = self.lut[y_tok]
-            m = np.zeros(n - 2, dtype=np.float32)
-            m[max(p - 2, 0):] = 1.0
-            m[y < 0] = 0.0
-            sid = np.zeros((n - 2, SOFT_K), dtype=np.int32)
-            sp = np.zeros((n - 2, SOFT_K), dtype=np.float32)
-            rec = self.soft.get(f["key"], {})
-            if not rec.get("topk_ids") and "topk_ids" in f:  # computed with the states
-                rec = {"topk_ids": np.array(f["topk_ids"]),
-                       "topk_lp": np.array(f["topk_lp"].astype(mx.float32))}
-            tk = rec.get("topk_ids")
-            if tk is not None and len(tk) and self.cfg.soft_weight > 0:
-                # reply token j sits at position p + j; its label row is i = p + j - 2
-                start = p - 2
-                cnt = min(len(tk), n - 2 - start)
-                if start >= 0 and cnt > 0:
-                    t_ids = np.array(tk[:cnt], dtype=np.int64)[:, :SOFT_K]
-                    t_lp = np.array(rec["topk_lp"][:cnt], dtype=np.float32)[:, :SOFT_K]
-                    hh = self.lut[t_ids]
-                    pr = np.exp(t_lp) * (hh >= 0)
-                    tot = pr.sum(axis=1, keepdims=True)
-                    pr = np.where(tot > 0, pr / np.maximum(tot, 1e-9), 0.0)
-                    sid[start : start + cnt, : t_ids.shape[1]] = np.maximum(hh, 0)
-                    sp[start : start + cnt, : t_ids.shape[1]] = pr
-            out.append({"key": f["key"], "start": max(p - 2, 0), "x": x,
-                        "y": np.maximum(y, 0), "y_tok": y_tok, "mask": m, "sid": sid, "sp": sp, "hidden": f["hidden"][: n - 2]})
-        return out
+        return make_examples(feats, self.lut, self.soft, self.cfg.soft_weight)
 
     def _batches(self, examples: list[dict], rng: random.Random):
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        batches, cur = [], []
-        for s in range(0, len(order), 256):
-            part = sorted(order[s : s + 256], key=lambda i: len(examples[i]["x"]))
-            cur = []
-            for i in part:
-                L = _pad(max([len(examples[j]["x"]) for j in cur] + [len(examples[i]["x"])]))
-                if cur and L * (len(cur) + 1) > self.cfg.batch_tokens:
-                    batches.append(cur)
-                    cur = []
-                cur.append(i)
-            if cur:
-                batches.append(cur)
-        rng.shuffle(batches)
-        for b in batches:
-            yield self._collate([examples[i] for i in b])
+        for b in batches(examples, rng, batch_tokens=self.cfg.batch_tokens,
+                         chat_weight=self.cfg.chat_weight):
+            yield self._collate(b)
 
     def _collate(self, exs: list[dict], setting: str | None = None):
-        L = _pad(max(len(e["x"]) for e in exs))
-        B = len(exs)
-        X = np.zeros((B, L), np.int32)
-        X2 = np.zeros((B, L), np.int32)
-        Y = np.zeros((B, L), np.int32)
-        M = np.zeros((B, L), np.float32)
-        SI = np.zeros((B, L, SOFT_K), np.int32)
-        SP = np.zeros((B, L, SOFT_K), np.float32)
-        hs = []
-        for r, e in enumerate(exs):
-            n = len(e["x"])
-            X[r, :n], Y[r, :n], M[r, :n] = e["x"], e["y"], e["mask"]
-            X2[r, :n] = e["y_tok"]
-            SI[r, :n], SP[r, :n] = e["sid"], e["sp"]
-            h = self._state(e["hidden"], setting or self.cfg.hidden_state)
-            hs.append(mx.pad(h, [(0, L - n), (0, 0)]))
-        H = mx.stack(hs)
-        return (mx.array(X), H, mx.array(Y), mx.array(M), mx.array(SI), mx.array(SP),
-                mx.array(X2))
+        return collate(exs, lambda h: self._state(h, setting or self.cfg.hidden_state))
 
     # -- model ------------------------------------------------------------------------
     def logits(self, module: MTPModule, x: mx.array, h: mx.array) -> mx.array:
@@ -314,7 +253,7 @@ class MTPTrainer:
     def evaluate(self, module: MTPModule | None = None, setting: str | None = None) -> dict:
         """Held-out teacher-forced agreement of the head's first proposal with the target."""
         module = module or self.module
-        ok = tot = both = 0
+        groups = {g: {"ok": 0, "tot": 0, "both": 0} for g in ("generator", "chat")}
         loss_sum = 0.0
         head_ids = np.array(self.head_ids)
         for s in range(0, len(self.heldout), 8):
@@ -335,15 +274,32 @@ class MTPTrainer:
                 ytok[r, :n] = e["y_tok"]
             pred_tok = head_ids[np.array(pred)]
             hit = (pred_tok == ytok) * full
-            ok += int(hit.sum())
-            tot += int(full.sum())
             # both proposals of a two-wide round accepted: the chained one at row i is the
             # token the first proposal of row i + 1 predicts
-            both += int((hit[:, :-1] * (pred2[:, :-1] == ytok[:, 1:]) * full[:, 1:]).sum())
+            both = np.zeros(M.shape, np.float32)
+            both[:, :-1] = hit[:, :-1] * (pred2[:, :-1] == ytok[:, 1:]) * full[:, 1:]
+            for r, e in enumerate(exs):
+                g = groups["chat" if is_chat(e["key"]) else "generator"]
+                g["ok"] += int(hit[r].sum())
+                g["tot"] += int(full[r].sum())
+                g["both"] += int(both[r].sum())
             loss_sum += float((nll * M).sum())
-        return {"agreement": ok / max(tot, 1), "positions": tot,
-                "both": both / max(tot, 1), "chained": both / max(ok, 1),
-                "loss": loss_sum / max(tot, 1), "setting": setting or self.cfg.hidden_state}
+        ok, tot, both_n = (sum(g[k] for g in groups.values()) for k in ("ok", "tot", "both"))
+        out = {"agreement": ok / max(tot, 1), "positions": tot,
+               "both": both_n / max(tot, 1), "chained": both_n / max(ok, 1),
+               "loss": loss_sum / max(tot, 1), "setting": setting or self.cfg.hidden_state}
+        for name, g in groups.items():
+            if g["tot"]:
+                out[name] = {"agreement": g["ok"] / g["tot"], "both": g["both"] / g["tot"],
+                             "positions": g["tot"]}
+        return out
+
+    @staticmethod
+    def score(ev: dict) -> float:
+        """Expected accepted proposals of a two-wide round, the two kinds of request weighed
+        alike when the held-out set has both."""
+        parts = [ev[g] for g in ("generator", "chat") if g in ev] or [ev]
+        return sum(p["agreement"] + p["both"] for p in parts) / len(parts)
 
     # -- checkpoints ------------------------------------------------------------------
     def _save_weights(self, folder: Path) -> None:
@@ -381,8 +337,7 @@ class MTPTrainer:
 
     def _eval_and_log(self) -> None:
         ev = self.evaluate()
-        # expected accepted proposals of a two-wide round: the best head for the loop
-        score = ev["agreement"] + ev["both"]
+        score = self.score(ev)  # the best head for the loop
         best = score > self.best_score
         if best:
             self.best_score = score
@@ -395,13 +350,15 @@ class MTPTrainer:
                "tokens_seen": self.tokens_seen, "train_records": len(self.train),
                "agreement": round(ev["agreement"], 4), "chained": round(ev["chained"], 4),
                "loss": round(ev["loss"], 4),
+               **({"agreement_chat": round(ev["chat"]["agreement"], 4)} if "chat" in ev else {}),
                "time": _now()}
         with open(self.dir / "curve.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
         self.log(f"eval: step {self.step} train {self.train_seconds / 60:.1f} min seen "
                  f"{self.tokens_seen} tok | held-out first-proposal agreement "
-                 f"{ev['agreement']:.3f} (n={ev['positions']}), chained "
-                 f"{ev['chained']:.3f}, loss {ev['loss']:.3f}"
+                 f"{ev['agreement']:.3f} (n={ev['positions']}"
+                 + (f"; chat {ev['chat']['agreement']:.3f}" if "chat" in ev else "")
+                 + f"), chained {ev['chained']:.3f}, loss {ev['loss']:.3f}"
                  + (" [best]" if best else ""))
 
     # -- loop -------------------------------------------------------------------------
@@ -460,18 +417,15 @@ def _describe(head: Path) -> dict:
             "trained_minutes": cfg.get("trained_minutes")}
 
 
-def _pad(n: int) -> int:
-    return -(-n // 64) * 64
-
-
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minutes: float | None,
         chunk_minutes: float = 8.0, extract_minutes: float = 3.0, lr: float | None = None,
-        setting: str = POSTNORM, chain_weight: float = 0.0,
-        batch_tokens: int | None = None, init_from: Path | None = None) -> None:
+        setting: str = POSTNORM, chain_weight: float = 0.0, chat_weight: float = 1.0,
+        batch_tokens: int | None = None, init_from: Path | None = None,
+        new_head_ids: bool = False) -> None:
     """Alternate feature extraction (new teacher replies) and training until done/time."""
     from mlx_lm import load
 
@@ -483,11 +437,11 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
         raise ValueError(setting)
     target, tok = load(str(ensure_demo_target(log)))
     cfg = MTPTrainConfig(train_minutes=train_minutes or 60.0, hidden_state=setting,
-                         chain_weight=chain_weight,
+                         chain_weight=chain_weight, chat_weight=chat_weight,
                          **({"batch_tokens": batch_tokens} if batch_tokens else {}),
                          **({"lr": lr} if lr else {}))
     tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes,
-                    init_from=init_from)
+                    init_from=init_from, new_head_ids=new_head_ids)
     log(f"run: mtp head, teacher {teacher_dir}, config {asdict(tr.cfg)}")
     started = time.monotonic()
     while not tr.finished():

@@ -39,6 +39,11 @@ def request_prefix(tokenizer) -> list[int]:
     return list(tokenizer.encode(head, add_special_tokens=False))
 
 
+def is_self_key(key: str) -> bool:
+    """Whether a feature-store key (``split:index``) belongs to a reply to a sampled request."""
+    return int(key.rsplit(":", 1)[1]) >= INDEX_BASE
+
+
 def usable(text: str, seen: set[str]) -> bool:
     """A request worth answering: a few words to a paragraph, readable, new."""
     words = text.split()

@@ -183,13 +183,12 @@ class TeacherGenerator:
 
     def generate(self, *, seconds: float | None = None, max_records: int | None = None
                  ) -> tuple[int, int]:
-        from app.demo.self_requests import INDEX_BASE
-
         done: set[int] = set()
         seen: set[str] = set()
         for r in load_records(self.workdir):
-            done.add(r["index"])
-        max_done = max((i for i in done if i < INDEX_BASE), default=-1)
+            if r.get("kind") != "self":  # replies to sampled requests have their own indices
+                done.add(r["index"])
+        max_done = max(done, default=-1)
 
         def todo() -> Iterator[tuple[int, dict]]:
             for idx, p in prompt_stream(0, self.seed, heldout=False):

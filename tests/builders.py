@@ -179,10 +179,11 @@ def make_trained_checkpoint(
     steps: int = 150,
     seed: int = 0,
     lr: float = 3e-3,
+    texts: list[str] | None = None,
     **kwargs,
 ) -> Path:
-    """A tiny llama trained for a few seconds on CORPUS: it produces corpus-like text, so
-    prompt lookup finds matches and two such models agree on part of their tokens."""
+    """A tiny llama trained for a few seconds on CORPUS (or ``texts``): it produces corpus-like
+    text, so prompt lookup finds matches and two such models agree on part of their tokens."""
     import mlx.core as mx
     import mlx.nn as nn
     import mlx.optimizers as optim
@@ -194,7 +195,7 @@ def make_trained_checkpoint(
 
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     ids: list[int] = []
-    for text in CORPUS[:10]:
+    for text in texts or CORPUS[:10]:
         ids.extend(tok.encode(text).ids)
     data = mx.array(ids, dtype=mx.int32)
     seq = 48

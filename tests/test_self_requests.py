@@ -18,6 +18,24 @@ def loaded(tiny_models):
     return load(str(tiny_models.target))
 
 
+ASKED = ["How do I bake bread at home?", "What is a good name for a cat?",
+         "Can you explain how rain forms?", "Why is the sky blue?",
+         "Tell me a short story about a fox.", "How do I fix a flat bike tyre?"]
+
+
+@pytest.fixture(scope="module")
+def asker(tmp_path_factory):
+    """A tiny target trained on user turns, so sampling its user turn gives whole requests."""
+    from mlx_lm import load
+
+    from tests.builders import make_trained_checkpoint
+
+    texts = [f"<|im_start|>user\n{q}<|im_end|>\n" for q in ASKED] * 6
+    folder = make_trained_checkpoint(tmp_path_factory.mktemp("asker") / "m", texts=texts,
+                                     steps=400)
+    return load(str(folder))
+
+
 def test_usable_keeps_readable_new_requests_only():
     seen: set[str] = set()
     assert sr.usable("How do I keep basil alive indoors?", seen)
@@ -39,12 +57,14 @@ def test_prefix_is_the_chat_template_up_to_the_users_words(loaded):
     assert tok.decode(prefix).endswith("<|im_start|>user\n")
 
 
-def test_sampled_requests_are_stored_numbered_and_filtered(loaded, tmp_path):
-    model, tok = loaded
+def test_sampled_requests_are_stored_numbered_and_filtered(asker, tmp_path):
+    model, tok = asker
     logs: list[str] = []
-    added = sr.sample_requests(model, tok, tmp_path, 3, batch=8, max_tokens=12, log=logs.append)
+    added = sr.sample_requests(model, tok, tmp_path, 2, batch=8, max_tokens=40, log=logs.append)
     stored = sr.load_requests(tmp_path)
-    assert len(stored) == added <= 3
+    assert len(stored) == added >= 2  # a batch's usable requests are all kept
+    # what it learnt users ask (whole, or up to where it ended the turn itself)
+    assert all(any(q.startswith(r["text"]) for q in ASKED) for r in stored)
     assert [r["n"] for r in stored] == list(range(added))
     seen: set[str] = set()
     assert all(sr.usable(r["text"], seen) for r in stored)
@@ -52,6 +72,10 @@ def test_sampled_requests_are_stored_numbered_and_filtered(loaded, tmp_path):
     # drawing stops after a bounded number of samples even when few are usable
     drawn = int(logs[-1].split(" of ")[1].split()[0])
     assert 8 <= drawn <= 4 * 8
+    # asked for more than it can tell apart: it stops after a bounded number of draws
+    more = sr.sample_requests(model, tok, tmp_path, 40, batch=8, max_tokens=40,
+                              log=logs.append)
+    assert more < 40 and int(logs[-1].split(" of ")[1].split()[0]) <= 4 * 40
 
 
 def test_requests_are_answered_once_with_one_in_25_held_out(loaded, tmp_path):
@@ -81,3 +105,16 @@ def test_requests_are_answered_once_with_one_in_25_held_out(loaded, tmp_path):
     assert gen.generate(max_records=2)[0] == 2
     generated = [r["index"] for r in teacher.load_records(tmp_path) if r["kind"] != "self"]
     assert len(generated) == 2 and max(generated) < 1000
+
+
+def test_new_requests_are_numbered_after_restored_replies(asker, tmp_path):
+    """Replies restored from the archive come without the requests file: new requests must
+    not take their numbers (they would count as answered and never be)."""
+    model, tok = asker
+    (tmp_path / "shards").mkdir()
+    restored = {"index": sr.INDEX_BASE + 40, "id": "self-40", "kind": "self",
+                "prompt_ids": [1, 2], "reply_ids": [3], "finish": "stop"}
+    (tmp_path / "shards" / "restored.jsonl").write_text(json.dumps(restored) + "\n")
+    sr.sample_requests(model, tok, tmp_path, 2, batch=8, max_tokens=40, log=lambda m: None)
+    got = sr.load_requests(tmp_path)
+    assert got and all(r["n"] > 40 for r in got)

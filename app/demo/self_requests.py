@@ -68,8 +68,9 @@ def load_requests(workdir: Path) -> list[dict]:
 def sample_requests(model, tokenizer, workdir: Path, n: int, *, batch: int = 32,
                     temp: float = 0.8, top_p: float = 0.95, max_tokens: int = 96,
                     seed: int = 0, log: Log = print) -> int:
-    """Sample until ``n`` more usable requests are in ``workdir``, drawing at most
-    ``4 * max(n, batch)``; returns how many were added."""
+    """Sample batches until ``n`` more usable requests are in ``workdir`` (every usable one of
+    the last batch is kept), drawing at most ``4 * max(n, batch)``; returns how many were
+    added."""
     import mlx.core as mx
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
@@ -78,7 +79,12 @@ def sample_requests(model, tokenizer, workdir: Path, n: int, *, batch: int = 32,
     seen: set[str] = set()
     for r in have:
         usable(r["text"], seen)
-    next_n = max((int(r["n"]) for r in have), default=-1) + 1
+    # numbers continue after the requests here and after every answered one (replies
+    # restored from the archive come without the requests file)
+    answered = [int(r["index"]) - INDEX_BASE
+                for r in teacher.load_records(workdir) + teacher.load_heldout(workdir)
+                if r.get("kind") == "self"]
+    next_n = max([int(r["n"]) for r in have] + answered, default=-1) + 1
     mx.random.seed(seed + next_n)  # a resumed run does not redraw the same requests
     prefix = request_prefix(tokenizer)
     end_ids = {int(t) for t in tokenizer.eos_token_ids}

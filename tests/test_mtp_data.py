@@ -85,3 +85,23 @@ def test_held_out_agreement_is_reported_per_kind_and_scored_alike(mixed_teacher,
     plain.refresh_data()
     ev2 = plain.evaluate()
     assert "chat" not in ev2 and plain.score(ev2) == pytest.approx(ev2["agreement"] + ev2["both"])
+
+
+def test_the_model_card_tells_the_data_and_the_agreement_per_kind(mixed_teacher, tmp_path):
+    from mlx.utils import tree_flatten
+
+    from app.demo.mtp_export import _read_jsonl, model_card
+
+    work, model, tok = mixed_teacher
+    tr = MTPTrainer(tmp_path, work, model, tok, lambda m: None, cfg=_cfg(chat_weight=2.0))
+    tr.refresh_data()
+    tr.train_for(1.0)
+    run = json.loads((tmp_path / "mtp" / "run.json").read_text())
+    meta = json.loads((tmp_path / "mtp" / "best" / "meta.json").read_text())
+    curve = _read_jsonl(tmp_path / "mtp" / "curve.jsonl")
+    card = model_card(run, meta, curve, dict(tree_flatten(tr.module.parameters())), {}, 64)
+    chat = meta["eval"]["chat"]["agreement"]
+    assert f"sampled requests alone **{chat:.3f}**" in card
+    assert "draftpair demo teacher-self" in card and "each seen 2 times per epoch" in card
+    assert "--chat-weight 2" in card and "--init-from" not in card
+    assert f"| {curve[-1]['agreement_chat']:.3f} |" in card  # the curve has the chat column

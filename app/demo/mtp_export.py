@@ -73,12 +73,13 @@ def _curve_table(curve: list[dict]) -> str:
     if not curve:
         return "(no evaluations recorded)\n"
     rows = ["| step | train min | positions seen | train records | held-out agreement | "
-            "chained, given the first | loss |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+            "of it, replies to sampled requests | chained, given the first | loss |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in curve:
         chained = f"{r['chained']:.3f}" if "chained" in r else "-"
+        chat = f"{r['agreement_chat']:.3f}" if "agreement_chat" in r else "-"
         rows.append(f"| {r['step']} | {r['minutes']:.1f} | {r['tokens_seen']} | "
-                    f"{r['train_records']} | {r['agreement']:.3f} | {chained} | "
+                    f"{r['train_records']} | {r['agreement']:.3f} | {chat} | {chained} | "
                     f"{r['loss']:.3f} |")
     return "\n".join(rows) + "\n"
 
@@ -100,6 +101,21 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
         warm_text = (f"- Warm start: the run began from the head in `{w.get('path')}` "
                      f"({w.get('trained_minutes')} minutes trained before, step {w.get('step')}"
                      "), on teacher-state features read again on this machine.\n")
+    chat_text = ""
+    if "chat" in ev:
+        chat_text = (f"; on replies to held-out sampled requests alone "
+                     f"**{ev['chat']['agreement']:.3f}** ({ev['chat']['positions']} positions), "
+                     f"on the generator's held-out prompts {ev['generator']['agreement']:.3f}")
+    data_text = ""
+    if cfg.get("chat_weight", 1.0) != 1.0 or "chat" in ev:
+        data_text = (" Also the target's greedy replies to requests it sampled itself from an "
+                     "empty user turn (`draftpair demo teacher-self`: everyday wording no "
+                     "template has; none of them hand-written), each seen "
+                     f"{cfg.get('chat_weight', 1.0):g} times per epoch.")
+    warm_flag = ""
+    if run.get("init_from"):
+        warm_flag = f" --init-from {run['init_from']['path']}"
+        warm_flag += " --new-head-ids" if run["init_from"].get("new_head_ids") else ""
     tf = evals.get("teacher_forced") or {}
     setting_lines = ""
     if tf:
@@ -143,13 +159,13 @@ target's too. Verification is exact: outputs are the target's own, token for tok
   train --phase generate`), the target's own states over prompt + reply from one
   teacher-forced pass, cached once (the same pass gives the target's top-8 probabilities);
   loss on reply positions: cross-entropy to the target's next-next token plus those top-8
-  probabilities as soft labels{chain_text}.
+  probabilities as soft labels{chain_text}.{data_text}
 - Trained {meta.get('train_seconds', 0) / 60:.0f} minutes of step time ({meta.get('step')}
   steps, {meta.get('tokens_seen')} positions seen), AdamW, peak lr {cfg['lr']}, cosine decay.
 - Best held-out first-proposal agreement with the target (teacher-forced, prompts never
   trained on): **{ev.get('agreement', float('nan')):.3f}** over {ev.get('positions')} positions;
   the chained second proposal agrees on **{ev.get('chained', float('nan')):.3f}** of the
-  positions where the first did.
+  positions where the first did{chat_text}.
 {warm_text}{setting_lines}{eng_lines}
 ## Curve
 
@@ -159,8 +175,10 @@ target's too. Verification is exact: outputs are the target's own, token for tok
 ```sh
 draftpair demo teacher-restore --workdir TEACHER --no-soft-labels  # the kept replies
 # or: draftpair demo train --phase generate --workdir TEACHER   # new replies (hours)
+draftpair demo teacher-self --workdir TEACHER --minutes 45     # replies to sampled requests
 draftpair demo mtp-train --teacher TEACHER --workdir RUN --train-minutes {cfg['train_minutes']:g} \\
-    --batch-tokens {cfg['batch_tokens']} --chain-weight {cfg.get('chain_weight', 0):g}
+    --batch-tokens {cfg['batch_tokens']} --chain-weight {cfg.get('chain_weight', 0):g} \\
+    --chat-weight {cfg.get('chat_weight', 1.0):g}{warm_flag}
 draftpair demo mtp-eval --teacher TEACHER --workdir RUN --engine
 draftpair demo mtp-export --workdir RUN                    # writes resources/demo-mtp
 ```

@@ -146,7 +146,8 @@ class MTPTrainer:
             self._resume(run)
         else:
             atomic_write_json(run_path, {"config": asdict(self.cfg), "created": _now(),
-                                         **({"init_from": _describe(init_from)}
+                                         **({"init_from": {**_describe(init_from),
+                                                           "new_head_ids": new_head_ids}}
                                             if init_from is not None else {})})
         self.heldout: list[dict] = []
         self.train: list[dict] = []

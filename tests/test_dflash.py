@@ -363,12 +363,16 @@ def _demo_dflash_ready() -> bool:
 
 @pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
                                                      "not present")
-def test_demo_dflash_uses_the_shipped_drafter_with_no_flag():
+def test_demo_dflash_uses_the_shipped_drafter_with_no_flag(monkeypatch):
     from app.demo.builtins import register_demo_models
+    from app.engine import width
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
     from app.resources import resource_path
 
+    # every round drafts: the drafter's proposals are under test, not the warm-up timings
+    # the width policy would otherwise weigh them against
+    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
     register_demo_models()
     s = Session()
     s.load_target("demo")

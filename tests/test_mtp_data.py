@@ -105,3 +105,44 @@ def test_the_model_card_tells_the_data_and_the_agreement_per_kind(mixed_teacher,
     assert "draftpair demo teacher-self" in card and "each seen 2 times per epoch" in card
     assert "--chat-weight 2" in card and "--init-from" not in card
     assert f"| {curve[-1]['agreement_chat']:.3f} |" in card  # the curve has the chat column
+
+
+def test_no_training_positions_is_said_plainly(mixed_teacher, tmp_path):
+    from app.errors import DraftPairError
+
+    work, model, tok = mixed_teacher
+    only_chat = tmp_path / "teacher"
+    shutil.copytree(work, only_chat, ignore=shutil.ignore_patterns("gen-*"))
+    tr = MTPTrainer(tmp_path / "run", only_chat, model, tok, lambda m: None,
+                    cfg=_cfg(chat_weight=0.0))
+    tr.refresh_data()
+    with pytest.raises(DraftPairError, match="--chat-weight 0"):
+        tr.train_for(5.0)
+
+
+def test_a_changed_held_out_set_scores_the_best_checkpoint_again(mixed_teacher, tmp_path):
+    work, model, tok = mixed_teacher
+    teacher_dir = tmp_path / "teacher"
+    shutil.copytree(work, teacher_dir)
+    logs: list[str] = []
+    tr = MTPTrainer(tmp_path / "run", teacher_dir, model, tok, logs.append, cfg=_cfg())
+    tr.refresh_data()
+    tr.train_for(1.0)
+    old = tr.best_score
+    # one more held-out reply, one the target would not give (random tokens), so the same
+    # head scores lower on the new set
+    rec = json.loads(next(iter((teacher_dir / "shards").glob("self-*"))).read_text()
+                     .splitlines()[0])
+    rec["index"] = sr.INDEX_BASE + 99
+    rng = random.Random(3)
+    rec["reply_ids"] = [rng.randrange(3, 300) for _ in range(40)]
+    with open(teacher_dir / "heldout.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(rec) + "\n")
+    tr.refresh_data()
+    assert any("held-out set changed" in m for m in logs)
+    from app.demo.mtp_train import init_demo_module
+
+    best = init_demo_module(model)
+    best.load_weights(str(tmp_path / "run" / "mtp" / "best" / "weights.safetensors"))
+    assert tr.best_score == pytest.approx(tr.score(tr.evaluate(best)))
+    assert tr.best_score < old

@@ -46,6 +46,19 @@ def test_usable_keeps_readable_new_requests_only():
     assert not sr.usable("Explain \u00e9\u00e8\u00ea\u00eb\u00e0 ce texte \u00e0 moi", seen)
     assert not sr.usable("Explain this text\x07 to me", seen)  # control character
     assert sr.usable("Explain this text to me, line by line.", seen)
+    # close to a request the demo drafters are measured on: never trained on
+    from app.demo.chat_prompts import CHAT_PROMPTS
+
+    assert all(not sr.usable(p, set()) for p in CHAT_PROMPTS)
+    assert not sr.usable("why are oceans salty when rivers aren't?", seen)
+    assert sr.usable("Why are lakes sometimes green in summer?", seen)
+
+
+def test_the_users_words_are_read_back_from_a_prompts_tokens(loaded):
+    _, tok = loaded
+    text = "How do I keep basil alive indoors?"
+    ids = teacher.encode_prompt(tok, [{"role": "user", "content": text}])
+    assert sr.request_text(tok, ids) == text
 
 
 def test_prefix_is_the_chat_template_up_to_the_users_words(loaded):
@@ -86,7 +99,8 @@ def test_requests_are_answered_once_with_one_in_25_held_out(loaded, tmp_path):
             fh.write(json.dumps({"n": i, "text": t}) + "\n")
     n, tokens = sr.generate(model, tok, tmp_path, minutes=5, batch=4, max_tokens=5,
                             max_requests=26, log=lambda m: None)
-    train, held = teacher.load_records(tmp_path), teacher.load_heldout(tmp_path)
+    train, held = teacher.load_records(tmp_path), teacher.load_heldout(tmp_path, with_self=True)
+    assert teacher.load_heldout(tmp_path) == []  # the generator's held-out prompts only
     assert n == len(train) == 25 and tokens == sum(len(r["reply_ids"]) for r in train)
     assert [r["index"] for r in held] == [sr.INDEX_BASE + 24]
     for r in train + held:
@@ -107,14 +121,18 @@ def test_requests_are_answered_once_with_one_in_25_held_out(loaded, tmp_path):
     assert len(generated) == 2 and max(generated) < 1000
 
 
-def test_new_requests_are_numbered_after_restored_replies(asker, tmp_path):
+def test_new_requests_are_numbered_after_restored_replies_and_not_asked_again(asker, tmp_path):
     """Replies restored from the archive come without the requests file: new requests must
-    not take their numbers (they would count as answered and never be)."""
+    not take their numbers (they would count as answered and never be), nor repeat their
+    words (the same prompt could land in training and held out)."""
     model, tok = asker
     (tmp_path / "shards").mkdir()
+    asked = "How do I fix a flat bike tyre?"  # what this model asks most
     restored = {"index": sr.INDEX_BASE + 40, "id": "self-40", "kind": "self",
-                "prompt_ids": [1, 2], "reply_ids": [3], "finish": "stop"}
+                "prompt_ids": teacher.encode_prompt(tok, [{"role": "user", "content": asked}]),
+                "reply_ids": [3], "finish": "stop"}
     (tmp_path / "shards" / "restored.jsonl").write_text(json.dumps(restored) + "\n")
     sr.sample_requests(model, tok, tmp_path, 2, batch=8, max_tokens=40, log=lambda m: None)
     got = sr.load_requests(tmp_path)
     assert got and all(r["n"] > 40 for r in got)
+    assert all(sr.normalised(r["text"]) != sr.normalised(asked) for r in got)

@@ -170,6 +170,7 @@ class FeatureStore:
 
 def teacher_items(teacher_dir: Path) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
     """(held-out, training) records of a teacher workdir as ``(key, record)`` pairs."""
-    held = [(record_key(r, "heldout"), r) for r in teacher.load_heldout(teacher_dir)]
+    held = [(record_key(r, "heldout"), r)
+            for r in teacher.load_heldout(teacher_dir, with_self=True)]
     train = [(record_key(r, "train"), r) for r in teacher.load_records(teacher_dir)]
     return held, train

@@ -104,10 +104,11 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
     chat_text = ""
     if "chat" in ev:
         chat_text = (f"; on replies to held-out sampled requests alone "
-                     f"**{ev['chat']['agreement']:.3f}** ({ev['chat']['positions']} positions), "
-                     f"on the generator's held-out prompts {ev['generator']['agreement']:.3f}")
+                     f"**{ev['chat']['agreement']:.3f}** ({ev['chat']['positions']} positions)")
+        if "generator" in ev:
+            chat_text += f", on the generator's held-out prompts {ev['generator']['agreement']:.3f}"
     data_text = ""
-    if cfg.get("chat_weight", 1.0) != 1.0 or "chat" in ev:
+    if meta.get("train_chat_records") or "chat" in ev:
         data_text = (" Also the target's greedy replies to requests it sampled itself from an "
                      "empty user turn (`draftpair demo teacher-self`: everyday wording no "
                      "template has; none of them hand-written), each seen "
@@ -175,8 +176,7 @@ target's too. Verification is exact: outputs are the target's own, token for tok
 ```sh
 draftpair demo teacher-restore --workdir TEACHER --no-soft-labels  # the kept replies
 # or: draftpair demo train --phase generate --workdir TEACHER   # new replies (hours)
-draftpair demo teacher-self --workdir TEACHER --minutes 45     # replies to sampled requests
-draftpair demo mtp-train --teacher TEACHER --workdir RUN --train-minutes {cfg['train_minutes']:g} \\
+{"draftpair demo teacher-self --workdir TEACHER --minutes 45     # replies to sampled requests" + chr(10) if data_text else ""}draftpair demo mtp-train --teacher TEACHER --workdir RUN --train-minutes {cfg['train_minutes']:g} \\
     --batch-tokens {cfg['batch_tokens']} --chain-weight {cfg.get('chain_weight', 0):g} \\
     --chat-weight {cfg.get('chat_weight', 1.0):g}{warm_flag}
 draftpair demo mtp-eval --teacher TEACHER --workdir RUN --engine

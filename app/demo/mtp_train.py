@@ -22,6 +22,7 @@ extracts the states of teacher replies written since (the teacher job may still 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -168,12 +169,15 @@ class MTPTrainer:
         held, train = teacher_items(self.teacher_dir)
         # replies to self-sampled requests first: the scarce kind, worded as people chat
         train.sort(key=lambda item: not is_chat(item[0]))
-        self.store.extract(self.target, held, log=self.log, max_len=self.cfg.max_len)
-        added = self.store.extract(self.target, train, log=self.log, seconds=seconds,
-                                   max_len=self.cfg.max_len)
+        added = self.store.extract(self.target, held, log=self.log, max_len=self.cfg.max_len)
+        added += self.store.extract(self.target, train, log=self.log, seconds=seconds,
+                                    max_len=self.cfg.max_len)
         self.soft = {k: r for k, r in held + train}
         if added or not self.train:
+            before = {e["key"] for e in self.heldout}
             self.heldout = self._examples(self.store.load("heldout"))
+            if before and before != {e["key"] for e in self.heldout}:
+                self._rescore_best()
             self.train = self._examples(self.store.load("train"))
             n_tok = sum(int(e["mask"].sum()) for e in self.train)
             self.log(f"data: {len(self.train)} records, {n_tok} trained positions; "
@@ -302,6 +306,17 @@ class MTPTrainer:
         parts = [ev[g] for g in ("generator", "chat") if g in ev] or [ev]
         return sum(p["agreement"] + p["both"] for p in parts) / len(parts)
 
+    def _rescore_best(self) -> None:
+        """The held-out set changed: the best checkpoint's score is measured again on it, so
+        later checkpoints are compared on the same prompts."""
+        if not (self.best / "weights.safetensors").exists():
+            return
+        module = init_demo_module(self.target)
+        module.load_weights(str(self.best / "weights.safetensors"))
+        self.best_score = self.score(self.evaluate(module))
+        self.log(f"data: held-out set changed; best checkpoint scored again: "
+                 f"{self.best_score:.3f}")
+
     # -- checkpoints ------------------------------------------------------------------
     def _save_weights(self, folder: Path) -> None:
         from mlx.utils import tree_flatten
@@ -346,7 +361,9 @@ class MTPTrainer:
             atomic_write_json(self.best / "meta.json", {
                 "step": self.step, "train_seconds": self.train_seconds,
                 "tokens_seen": self.tokens_seen, "eval": ev,
-                "train_records": len(self.train), "time": _now()})
+                "train_records": len(self.train),
+                "train_chat_records": sum(is_chat(e["key"]) for e in self.train),
+                "time": _now()})
         row = {"step": self.step, "minutes": round(self.train_seconds / 60, 2),
                "tokens_seen": self.tokens_seen, "train_records": len(self.train),
                "agreement": round(ev["agreement"], 4), "chained": round(ev["chained"], 4),
@@ -372,7 +389,12 @@ class MTPTrainer:
         if self.step == 0 and self.best_score < 0:
             self._eval_and_log()
         while time.monotonic() - started < seconds and not self.finished():
-            for X, H, Y, M, SI, SP, X2 in self._batches(self.train, rng):
+            epoch = self._batches(self.train, rng)
+            first = next(epoch, None)
+            if first is None:
+                raise DraftPairError("No training positions: no teacher replies were read yet, "
+                                     "or --chat-weight 0 leaves none.")
+            for X, H, Y, M, SI, SP, X2 in itertools.chain([first], epoch):
                 t0 = time.monotonic()
                 self.opt.learning_rate = mx.array(self.lr_at())
                 loss = step_fn(X, H, Y, M, SI, SP, X2)

@@ -17,6 +17,7 @@ steps resume: a request already answered is not answered again.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,8 +45,51 @@ def is_self_key(key: str) -> bool:
     return int(key.rsplit(":", 1)[1]) >= INDEX_BASE
 
 
+_STOP = frozenset("a an the i im i'm is it to of and or for in on my me you your what how do "
+                  "does can could would should why with be are at this that some any but "
+                  "when not aren't isn't don't there their they them as so if".split())
+
+
+def request_text(tokenizer, prompt_ids: list[int]) -> str:
+    """The user's words of a one-turn chat prompt (as ``teacher.encode_prompt`` builds it)."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": MARK}],
+                                         add_generation_prompt=True, tokenize=False)
+    head, tail = text.split(MARK)
+    full = tokenizer.decode(list(prompt_ids))
+    if full.startswith(head):
+        full = full[len(head):]
+    return full[: -len(tail)] if tail and full.endswith(tail) else full
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def normalised(text: str) -> str:
+    """Case, spacing and punctuation aside: the key two requests are the same by."""
+    return " ".join(_words(text))
+
+
+def like_a_measured_prompt(text: str) -> bool:
+    """Close to one of the hand-written requests the demo drafters are measured on (half or
+    more of the content words shared): never trained on, so the measurement stays honest."""
+    from app.demo.chat_prompts import CHAT_PROMPTS
+
+    def content(t: str) -> set[str]:  # content words, plural or not
+        return {w[:-1] if len(w) > 3 and w.endswith("s") else w
+                for w in _words(t) if w not in _STOP}
+
+    mine = content(text)
+    for prompt in CHAT_PROMPTS:
+        theirs = content(prompt)
+        if mine and theirs and len(mine & theirs) / len(mine | theirs) >= 0.5:
+            return True
+    return False
+
+
 def usable(text: str, seen: set[str]) -> bool:
-    """A request worth answering: a few words to a paragraph, readable, new."""
+    """A request worth answering: a few words to a paragraph, readable, new, and not like a
+    request the drafters are measured on."""
     words = text.split()
     if not 3 <= len(words) <= 90:
         return False
@@ -54,8 +98,8 @@ def usable(text: str, seen: set[str]) -> bool:
     printable = sum(ch.isprintable() or ch in "\n\t" for ch in text)
     if printable < len(text) or sum(ch.isascii() for ch in text) < 0.95 * len(text):
         return False
-    key = " ".join(words).lower()
-    if key in seen:
+    key = normalised(text)
+    if key in seen or like_a_measured_prompt(text):
         return False
     seen.add(key)
     return True
@@ -78,13 +122,16 @@ def sample_requests(model, tokenizer, workdir: Path, n: int, *, batch: int = 32,
     have = load_requests(workdir)
     seen: set[str] = set()
     for r in have:
-        usable(r["text"], seen)
-    # numbers continue after the requests here and after every answered one (replies
-    # restored from the archive come without the requests file)
-    answered = [int(r["index"]) - INDEX_BASE
-                for r in teacher.load_records(workdir) + teacher.load_heldout(workdir)
-                if r.get("kind") == "self"]
-    next_n = max([int(r["n"]) for r in have] + answered, default=-1) + 1
+        seen.add(normalised(r["text"]))
+    # numbers continue after the requests here and after every answered one, and an answered
+    # request is not asked again (replies restored from the archive come without the
+    # requests file: their prompts are read back from the tokens)
+    answered = [r for r in teacher.load_records(workdir)
+                + teacher.load_heldout(workdir, with_self=True) if r.get("kind") == "self"]
+    for r in answered:
+        seen.add(normalised(request_text(tokenizer, r["prompt_ids"])))
+    next_n = max([int(r["n"]) for r in have]
+                 + [int(r["index"]) - INDEX_BASE for r in answered], default=-1) + 1
     mx.random.seed(seed + next_n)  # a resumed run does not redraw the same requests
     prefix = request_prefix(tokenizer)
     end_ids = {int(t) for t in tokenizer.eos_token_ids}
@@ -93,7 +140,11 @@ def sample_requests(model, tokenizer, workdir: Path, n: int, *, batch: int = 32,
     if isinstance(im_end, int) and im_end >= 0:
         end_ids.add(im_end)
     added = drawn = 0
-    with open(workdir / FILE, "a", encoding="utf-8") as out:
+    path = workdir / FILE
+    torn = path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+    with open(path, "a", encoding="utf-8") as out:
+        if torn:
+            out.write("\n")  # an interrupted write: the next request starts on its own line
         while added < n and drawn + batch <= 4 * max(n, batch):
             gen = BatchGenerator(model, stop_tokens=[[t] for t in sorted(end_ids)],
                                  sampler=make_sampler(temp=temp, top_p=top_p),
@@ -132,7 +183,8 @@ def prompt_of(request: dict) -> tuple[int, dict, bool]:
 
 
 def unanswered(workdir: Path, *, heldout: bool) -> Iterator[tuple[int, dict]]:
-    recs = teacher.load_heldout(workdir) if heldout else teacher.load_records(workdir)
+    recs = (teacher.load_heldout(workdir, with_self=True) if heldout
+            else teacher.load_records(workdir))
     done = {int(r["index"]) for r in recs}
     for req in load_requests(workdir):
         idx, prompt, held = prompt_of(req)
@@ -156,7 +208,7 @@ def generate(model, tokenizer, workdir: Path, *, minutes: float, batch: int = 32
         return minutes * 60 - (time.monotonic() - start)
 
     while left() > 0:
-        if not any(True for _ in unanswered(workdir, heldout=False)):
+        if not any(True for h in (False, True) for _ in unanswered(workdir, heldout=h)):
             have = len(load_requests(workdir))
             want = requests_per_round
             if max_requests is not None:

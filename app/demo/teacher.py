@@ -47,8 +47,11 @@ def load_records(workdir: Path) -> list[dict]:
     return out
 
 
-def load_heldout(workdir: Path) -> list[dict]:
-    return list(read_jsonl(workdir / "heldout.jsonl"))
+def load_heldout(workdir: Path, *, with_self: bool = False) -> list[dict]:
+    """Held-out records: the prompt generator's (its prompts are rebuilt from their index),
+    with ``with_self`` also replies to held-out self-sampled requests (``self_requests``)."""
+    return [r for r in read_jsonl(workdir / "heldout.jsonl")
+            if with_self or r.get("kind") != "self"]
 
 
 def count_tokens(workdir: Path) -> tuple[int, int]:
@@ -163,7 +166,7 @@ class TeacherGenerator:
 
     def generate_heldout(self, n: int) -> None:
         path = self.workdir / "heldout.jsonl"
-        have = {r["index"] for r in read_jsonl(path)}
+        have = {r["index"] for r in load_heldout(self.workdir)}
         if len(have) >= n:
             return
         stream = prompt_stream(0, self.seed, heldout=True)

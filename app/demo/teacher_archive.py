@@ -33,7 +33,7 @@ TOPK = 8
 
 def _records(workdir: Path) -> Iterator[dict]:
     seen: set[tuple[str, int]] = set()
-    for split, recs in (("heldout", teacher.load_heldout(workdir)),
+    for split, recs in (("heldout", teacher.load_heldout(workdir, with_self=True)),
                         ("train", teacher.load_records(workdir))):
         for r in sorted(recs, key=lambda r: int(r["index"])):
             key = (split, int(r["index"]))
@@ -86,7 +86,8 @@ def restore(archive: Path, workdir: Path, model, *, log: Callable[[str], None] =
     target's states computes them in the same pass as the states, ``features.py``)."""
     workdir = Path(workdir)
     (workdir / "shards").mkdir(parents=True, exist_ok=True)
-    have = {("heldout", int(r["index"])) for r in teacher.load_heldout(workdir)}
+    have = {("heldout", int(r["index"]))
+            for r in teacher.load_heldout(workdir, with_self=True)}
     have |= {("train", int(r["index"])) for r in teacher.load_records(workdir)}
     todo = [r for r in read_archive(Path(archive))
             if (r.get("split"), int(r["index"])) not in have and r.get("reply_ids")]

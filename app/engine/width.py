@@ -1,9 +1,9 @@
 """How many proposals a round asks for: the loop's width policy.
 
 Acceptance is tracked per depth: ``a_j``, how often the ``j``-th proposal of a round is
-accepted when the ones before it were (a decayed running count per depth). Each depth has
-the weight of one observation on a prior: 0.6 for the first proposal, and for a later one the
-rate of the depth before it — a proposal is not assumed better than the one it follows, so a
+accepted when the ones before it were (a decayed running count per depth). Each depth keeps
+the weight of one observation on a prior (against about ten rounds of decayed counts): 0.6 for
+the first proposal, and for a later one the rate of the depth before it — a proposal is not assumed better than the one it follows, so a
 depth that rounds seldom reach is not tried wider on a hopeful guess. Later proposals are
 often much weaker than the first — an MTP head chaining on its own state, a drafter far from
 its training data — and one rate for all depths would send rounds too wide. A round of ``k`` proposals then yields on average

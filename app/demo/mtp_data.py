@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from app.demo.batching import length_batches, round_up
 from app.demo.self_requests import is_self_key as is_chat
 from app.demo.train.workdir import SOFT_K
 
 
 def pad(n: int) -> int:
-    return -(-n // 64) * 64
+    return round_up(n, 64)
 
 
 def make_examples(feats: list[dict], lut: np.ndarray, soft: dict[str, dict],
@@ -72,19 +73,8 @@ def batches(examples: list[dict], rng: random.Random, *, batch_tokens: int,
         times = chat_weight if is_chat(e["key"]) else 1.0
         order += [i] * (int(times) + (rng.random() < times - int(times)))
     rng.shuffle(order)
-    out, cur = [], []
-    for s in range(0, len(order), 256):
-        part = sorted(order[s : s + 256], key=lambda i: len(examples[i]["x"]))
-        cur = []
-        for i in part:
-            L = pad(max([len(examples[j]["x"]) for j in cur] + [len(examples[i]["x"])]))
-            if cur and L * (len(cur) + 1) > batch_tokens:
-                out.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            out.append(cur)
-    rng.shuffle(out)
+    out = length_batches(order, lambda i: len(examples[i]["x"]), batch_tokens=batch_tokens,
+                         multiple=64, rng=rng)
     for b in out:
         yield [examples[i] for i in b]
 

@@ -60,28 +60,35 @@ class WidthPolicy:
         stats; the width choice uses the per-depth rates)."""
         return self.accepted / (self.accepted + self.rejected)
 
+    def rates(self, n: int) -> list[float]:
+        """Acceptance of the first ``n`` proposals (0-based depth), each given the ones before
+        it; a depth's prior is the rate before it."""
+        out, prior = [], PRIOR_RATE
+        for j in range(n):
+            prior = (self.hits[j] + PRIOR_WEIGHT * prior) / (self.reached[j] + PRIOR_WEIGHT)
+            out.append(min(prior, 0.999))
+        return out
+
     def rate(self, depth: int) -> float:
         """Acceptance of the ``depth``-th proposal (0-based) given the ones before it."""
-        prior = PRIOR_RATE
-        for j in range(depth + 1):
-            prior = (self.hits[j] + PRIOR_WEIGHT * prior) / (self.reached[j] + PRIOR_WEIGHT)
-        return min(prior, 0.999)
+        return self.rates(depth + 1)[-1]
 
     def drafting_cost(self, k: int) -> float:
         if self.cost is not None:
             return max(0.0, self.cost(k))
         return self.draft_cost * k
 
-    def gain(self, k: int) -> float:
+    def gain(self, k: int, rates: list[float] | None = None) -> float:
         tokens, reach = 1.0, 1.0
-        for j in range(k):
-            reach *= self.rate(j)
+        for r in (rates if rates is not None else self.rates(k))[:k]:
+            reach *= r
             tokens += reach
         return tokens / (1 + self.verify_slope * k + self.drafting_cost(k))
 
     def choose(self, k_max: int) -> int:
         k_max = min(k_max, self.max_width)
-        best = max(range(k_max + 1), key=self.gain)
+        rates = self.rates(k_max)  # once per round, not once per width tried
+        best = max(range(k_max + 1), key=lambda k: self.gain(k, rates))
         self.probing = False
         if best == 0:
             self.plain_streak += 1

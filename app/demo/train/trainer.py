@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.checkpoints.inspect import read_draft_head
 from app.demo import teacher
+from app.demo.batching import length_batches, round_up
 from app.demo.train.init_draft import (
     DraftShape,
     build_draft,
@@ -177,22 +178,10 @@ class Trainer:
 
         order = list(range(len(examples)))
         rng.shuffle(order)
-        chunk = 256  # sort within chunks to limit padding
-        batches = []
-        for s in range(0, len(order), chunk):
-            part = sorted(order[s:s + chunk], key=lambda i: len(examples[i][0]))
-            cur: list[int] = []
-            for i in part:
-                L = -(-max([len(examples[j][0]) for j in cur] + [len(examples[i][0])]) // 32) * 32
-                if cur and L * (len(cur) + 1) > self.cfg.batch_tokens:
-                    batches.append(cur)
-                    cur = []
-                cur.append(i)
-            if cur:
-                batches.append(cur)
-        rng.shuffle(batches)
+        batches = length_batches(order, lambda i: len(examples[i][0]),
+                                 batch_tokens=self.cfg.batch_tokens, multiple=32, rng=rng)
         for b in batches:
-            L = -(-max(len(examples[i][0]) for i in b) // 32) * 32
+            L = round_up(max(len(examples[i][0]) for i in b), 32)
             X = np.zeros((len(b), L), dtype=np.int32)
             Y = np.zeros((len(b), L), dtype=np.int32)
             M = np.zeros((len(b), L), dtype=np.float32)

@@ -136,3 +136,18 @@ def test_new_requests_are_numbered_after_restored_replies_and_not_asked_again(as
     got = sr.load_requests(tmp_path)
     assert got and all(r["n"] > 40 for r in got)
     assert all(sr.normalised(r["text"]) != sr.normalised(asked) for r in got)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["demo", "teacher-self", "--minutes", "0"], "must be positive"),
+    (["demo", "teacher-self", "--batch", "0"], "must be positive"),
+    (["demo", "mtp-train", "--chat-weight", "-1"], "--chat-weight cannot be negative"),
+    (["demo", "mtp-train", "--new-head-ids"], "--new-head-ids goes with --init-from"),
+])
+def test_bad_options_are_refused_in_one_line_before_any_work(argv, said, tmp_path, capsys):
+    from app.cli import main
+
+    assert main([*argv, "--workdir", str(tmp_path / "w")]) != 0
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "w").exists()  # nothing was started

@@ -115,10 +115,14 @@ def test_fetch_takes_only_the_head_bytes_and_the_check_then_works(models, hub, t
     assert "already has its MTP head" in capsys.readouterr().err
 
 
-def test_restored_head_drafts_what_the_source_head_drafts(models, hub, tmp_path):
+def test_restored_head_drafts_what_the_source_head_drafts(models, hub, tmp_path, monkeypatch):
     """Same proposals as the head inside the source's own files: same accepted counts."""
+    from app.engine import width
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
+
+    # the width follows measured timings; fixed, both runs draft the same number of tokens
+    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
 
     conv = _fresh_copy(models, tmp_path)
     assert main(["models", "fetch-mtp", str(conv)]) == 0

@@ -277,3 +277,50 @@ def test_demo_head_is_offered_and_labelled_as_trained_for_the_demo(qtbot, tmp_pa
     from app.demo.builtins import MTP_NOTE
 
     assert f"[mtp] drafter: demo-mtp ({MTP_NOTE})" in capsys.readouterr().err
+
+
+def test_width1_replay_follows_accepts_and_rejects():
+    from app.engine.drafters.mtp_replay import agreement, replay_width1
+
+    tokens = [1, 2, 10, 11, 12, 13, 14]  # a 2-token prompt, reply 10..14
+    # pred[p] guesses tokens[p + 2]; right for 10 and 13, wrong for 11, 12 and 14
+    pred = [10, 0, 0, 13, 0]
+    assert agreement(pred, tokens, 2) == (2, 5)
+    # round 1 accepts 10 (+ bonus 11); round 2 proposes 12: wrong; round 3 proposes 13:
+    # right (+ bonus 14); nothing left
+    assert replay_width1(pred, tokens, 2) == [1, 0, 1]
+
+
+@needs_taps
+@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
+    """Greedy, one proposal per round: every round's verdict equals the head's teacher-forced
+    prediction on the final reply, so the loop (pairing, the head's cache, rollback, the
+    target's states from verify passes) loses nothing the head got right."""
+    from app.engine.decode import RoundLoop
+    from app.engine.drafters import mtp
+    from app.engine.drafters.mtp_replay import agreement, head_predictions, replay_width1
+    from app.engine.registry import DrafterContext
+    from app.engine.session import Session
+
+    s = Session()
+    s.load_target("demo")
+    req = GenerationRequest(prompt="Tell me a few fun facts about octopuses.", max_tokens=48,
+                            chat=True, draft_kind="mtp")
+    prompt = s.encode(req)
+    drafter = mtp.make(DrafterContext(target=s.target, draft=None, request=req,
+                                      assets=s.assets))
+    drafter.adaptive_width = False  # every step a round
+    loop = RoundLoop(target=s.target, drafter=drafter, prompt=prompt, request=req,
+                     rule="greedy", width=1, cancel=None)
+    done = [e for e in loop.run() if isinstance(e, DoneEvent)][-1]
+    engine = [r.accepted for r in done.rounds]
+    tokens = prompt + list(done.token_ids)
+    pred = head_predictions(s.target.model, s.assets["mtp"], tokens)
+    replay = replay_width1(pred, tokens, len(prompt))
+    assert all(r.proposed == 1 for r in done.rounds)
+    assert len(replay) - 1 <= len(engine) <= len(replay)
+    assert engine == replay[: len(engine)]
+    assert 0 < sum(engine) < len(engine)  # both verdicts occur: the comparison means something
+    hits, n = agreement(pred, tokens, len(prompt))
+    assert n == len(done.token_ids) and hits >= sum(engine)

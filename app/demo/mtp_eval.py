@@ -8,7 +8,9 @@
    (the shipped demo draft), greedy, the order of the three rotated per prompt; median
    speedup over plain and whether every output is identical to plain. The prompts are the
    hand-written ``chat_prompts.CHAT_PROMPTS`` (none from the training generator), or with
-   ``--prompt-set heldout`` the generator's held-out prompts.
+   ``--prompt-set heldout`` the generator's held-out prompts. Beside the engine's figures,
+   the head's teacher-forced agreement on each plain reply (``mtp_replay``): what the head
+   gets right on that very text, whatever the loop then makes of it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def prompt_set(name: str, teacher_dir: Path, count: int) -> list[tuple[str, list
 def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Path | None = None,
                    log=print, which: str = "chat") -> dict:
     from app.demo.target import demo_draft_path
+    from app.engine.drafters.mtp_replay import agreement, head_predictions
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
 
@@ -95,11 +98,17 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
     same = {"mtp": 0, "full-model": 0}
     stats = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0} for k in ratios}
     fallbacks = []
+    hits = positions = 0
     for i, (label, msgs) in enumerate(records):
         order = kinds[i % 3:] + kinds[: i % 3]
         res = {kind: run(msgs, kind) for kind in order}
         plain = res["none"]
-        parts = []
+        prompt = s.encode(GenerationRequest(messages=tuple(msgs)))
+        tokens = prompt + list(plain.token_ids)
+        h, n = agreement(head_predictions(s.target.model, s.assets["mtp"], tokens), tokens,
+                         len(prompt))
+        hits, positions = hits + h, positions + n
+        parts = [f"head {h / max(n, 1):.2f}"]
         for kind in ratios:
             t = res[kind].timings
             ratio = t.predicted_per_second / max(plain.timings.predicted_per_second, 1e-9)
@@ -118,7 +127,8 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
         log(f"  [{i + 1}/{len(records)}] {label:10s} n={plain.timings.predicted_n:3d}"
             f" plain {plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
     out = {"prompts": len(records), "prompt_set": which, "max_tokens": max_tokens,
-           "fallbacks": fallbacks, "ratios": ratios}
+           "fallbacks": fallbacks, "ratios": ratios,
+           "head_agreement": hits / max(positions, 1), "head_positions": positions}
     for kind in ratios:
         st = stats[kind]
         out[kind] = {
@@ -134,6 +144,8 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
             f"{o['speedup_max']:.2f}, >= plain on {o['at_or_above_plain']}/{len(records)}), "
             f"accepted/round {o['accept_len_mean']:.2f}, tokens/verify "
             f"{o['tokens_per_verify']:.2f}, identical {o['identical']}/{len(records)}")
+    log(f"head, teacher-forced on the plain replies: first-proposal agreement "
+        f"{out['head_agreement']:.3f} over {positions} positions")
     return out
 
 

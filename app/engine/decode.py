@@ -213,6 +213,7 @@ class RoundLoop:
                 if self.cancel.is_set():
                     self.finish_reason = "cancelled"
                     break
+                t_step = time.perf_counter()
                 remaining = req.max_tokens - len(self.output)
                 if remaining <= 0:
                     self.finish_reason = "length"
@@ -246,6 +247,9 @@ class RoundLoop:
                                          self.hidden)
                 obs_ms = (time.perf_counter() - t_obs) * 1e3  # drafter bookkeeping
                 self.draft_ms += obs_ms
+                if self.policy is not None:
+                    self.policy.observe_time(proposal.k if proposal is not None else 0,
+                                             (time.perf_counter() - t_step) * 1e3)
                 if proposal is not None:
                     d_ms, v_ms, r_ms = self._round_ms
                     rec = RoundRecord(

@@ -18,6 +18,15 @@ accepted one resets it.
 
 A drafter that stops early by itself (a confidence stop) is asked for the full width once
 the policy decides drafting pays; a probe stays one token.
+
+The costs come from warm-up (bare target passes and draft steps) and are then corrected by
+what rounds really take in this loop (``observe_time``): a round also pays sampling and the
+verdict, rollback, the drafter's bookkeeping, and the pipelining a plain step enjoys (the
+next target step is queued before the current token is read) which a round interrupts — the
+plain step right after a round is charged to it. A round right after a plain step first
+waits for the target step that plain step queued (its token's, not the round's): one step
+time is taken off it. The measured excess over the modelled cost, in plain steps, is a
+running ``overhead`` added to every width.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ DEFAULT_VERIFY_SLOPE = 0.06  # extra cost per verified token, in target steps (b
 DEFAULT_DRAFT_COST = 0.05  # one draft step, in target steps (before warm-up)
 PRIOR_RATE = 0.6  # the first proposal's acceptance before any is observed
 PRIOR_WEIGHT = 1.0  # in observed rounds
+TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
+OVERHEAD_RANGE = (-0.2, 2.0)  # a measured overhead outside this is a hiccup, clipped
 
 
 class WidthPolicy:
@@ -48,6 +59,11 @@ class WidthPolicy:
         self.draft_cost = DEFAULT_DRAFT_COST
         self.plain_streak = 0
         self.probing = False  # the last choice was a one-token probe while decoding plainly
+        self.step_ms: float | None = None  # running wall time of a pipelined plain step
+        self.overhead = 0.0  # a round's measured cost beyond the modelled one, in plain steps
+        self.overhead_n = 0  # rounds measured
+        self._open: tuple[int, float] | None = None  # the last round (k, ms), not yet charged
+        self._after_plain = False  # the last timed step was a plain one
 
     def set_costs(self, *, verify_slope: float, draft_cost: float | None = None) -> None:
         self.verify_slope = max(0.0, verify_slope)
@@ -83,7 +99,13 @@ class WidthPolicy:
         for r in (rates if rates is not None else self.rates(k))[:k]:
             reach *= r
             tokens += reach
-        return tokens / (1 + self.verify_slope * k + self.drafting_cost(k))
+        return tokens / self.round_cost(k)
+
+    def round_cost(self, k: int) -> float:
+        """A round of ``k`` proposals in plain steps (1 for ``k == 0``)."""
+        if k <= 0:
+            return 1.0
+        return max(1.0, 1 + self.verify_slope * k + self.drafting_cost(k) + self.overhead)
 
     def choose(self, k_max: int) -> int:
         k_max = min(k_max, self.max_width)
@@ -116,3 +138,34 @@ class WidthPolicy:
         for j in range(min(accepted + 1, proposed, len(self.reached))):
             self.reached[j] = self.decay * self.reached[j] + 1
             self.hits[j] = self.decay * self.hits[j] + (1 if j < accepted else 0)
+
+    def observe_time(self, k: int, ms: float) -> None:
+        """Wall time of one loop step: a plain step (``k == 0``) or a round of ``k``."""
+        after_plain, self._after_plain = self._after_plain, k <= 0
+        if k <= 0:
+            if self._open is not None:  # the step after a round: it restarts the pipeline
+                rk, rms = self._open
+                self._open = None
+                if self.step_ms is not None:
+                    self._charge(rk, rms + max(0.0, ms - self.step_ms))
+                return
+            self.step_ms = ms if self.step_ms is None else (
+                (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
+            return
+        if self._open is not None:  # back-to-back rounds: the previous one is complete
+            self._charge(*self._open)
+        if after_plain:  # the step the plain one queued is not this round's
+            if self.step_ms is None:
+                self._open = None
+                return
+            ms -= self.step_ms
+        self._open = (k, ms)
+
+    def _charge(self, k: int, ms: float) -> None:
+        if not self.step_ms:
+            return  # no plain step measured yet: keep the warm-up model
+        modelled = 1 + self.verify_slope * k + self.drafting_cost(k)
+        excess = min(max(ms / self.step_ms - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
+        self.overhead = excess if self.overhead_n == 0 else (
+            (1 - TIME_WEIGHT) * self.overhead + TIME_WEIGHT * excess)
+        self.overhead_n += 1

@@ -571,8 +571,7 @@ def test_width_policy_charges_what_rounds_really_cost():
     """A first proposal right one time in four pays at the warm-up's cost model (a round =
     1.15 plain steps) but not at what rounds take in the loop (1.32 steps, plus a slower plain
     step after each): measured, the policy decodes plainly; timed as modelled, it keeps
-    drafting. A round after a plain step also waits for the step that one queued (50 ms here),
-    which is not the round's cost."""
+    drafting."""
     from app.engine.width import WidthPolicy
 
     def policy(round_ms: float, after_ms: float) -> WidthPolicy:
@@ -586,10 +585,10 @@ def test_width_policy_charges_what_rounds_really_cost():
             p.observe_time(0, 50.0)
         return p
 
-    honest = policy(50.0 + 57.5, 50.0)
+    honest = policy(57.5, 50.0)
     assert honest.overhead == pytest.approx(0.0, abs=1e-6)
     assert honest.choose(4) == 1
-    slow = policy(50.0 + 66.0, 56.0)
+    slow = policy(66.0, 56.0)
     assert slow.step_ms == pytest.approx(50.0)
     assert slow.overhead == pytest.approx((66.0 + 6.0) / 50.0 - 1.15, abs=1e-3)
     assert slow.round_cost(1) == pytest.approx(1.44, abs=1e-3)
@@ -598,7 +597,22 @@ def test_width_policy_charges_what_rounds_really_cost():
     busy = WidthPolicy(2)
     busy.set_costs(verify_slope=0.06, draft_cost=0.09)
     busy.observe_time(0, 50.0)
-    busy.observe_time(1, 50.0 + 60.0)
-    for _ in range(9):
+    for _ in range(10):
         busy.observe_time(1, 60.0)
     assert busy.overhead_n == 9 and busy.overhead == pytest.approx(60.0 / 50.0 - 1.15, abs=1e-3)
+
+
+def test_width_policy_never_believes_a_round_cheaper_than_warm_up_said():
+    """Rounds timed below the model (warm-up guessed them dearer): the overhead stays at
+    zero, so a first proposal right one time in ten still means plain decoding."""
+    from app.engine.width import WidthPolicy
+
+    p = WidthPolicy(4, probe_every=1000)
+    p.set_costs(verify_slope=0.1, draft_cost=0.06)
+    for i in range(30):
+        p.observe(1, int(i % 10 == 0))
+        p.observe_time(0, 60.0)
+        p.observe_time(1, 50.0)  # 0.83 steps: cheaper than a plain step
+        p.observe_time(0, 60.0)
+    assert p.overhead == 0.0 and p.round_cost(1) == pytest.approx(1.16)
+    assert p.choose(4) == 0

@@ -3,9 +3,13 @@
 State between rounds: the target cache holds every committed token except ``pending`` (tokens
 committed but not yet fed); when ``pending`` is empty, ``carry`` holds the target's raw logits
 for the next position. A round with proposals ``d_1..d_k`` feeds ``pending + d`` in one pass
-and reads the ``k+1`` rows it needs (with ``carry`` in front when nothing is pending). A plain
-step samples from ``carry`` and immediately queues the next target step before syncing, like
-``mlx_lm.generate_step``, so plain decoding through this loop keeps mlx-lm's pipelining.
+and reads the ``k+1`` rows it needs (with ``carry`` in front when nothing is pending). Without a
+drafter a plain step samples from ``carry`` and immediately queues the next target step before
+syncing, like ``mlx_lm.generate_step``. With one, a plain step leaves its token pending
+instead: the next step feeds it either alone (plain) or together with the round's proposals,
+in one pass. Queued ahead, the token would already be in the cache when a round begins and
+the proposals would need a pass of their own — a whole extra target step for a round after
+a plain stretch (a probe, or the first round after one), which no acceptance could pay back.
 
 After a verify pass the target's cache is rewound to what was kept by the strategy chosen for
 its cache kind (``app.engine.rollback``); the width of each round comes from the width policy
@@ -142,6 +146,13 @@ class RoundLoop:
             self.pending = []
         rows = sm.process_rows(self.carry, self._history(), [], self.processors)
         tok = sm.sample(rows, self.sampling)
+        if self.drafter is not None:  # the next step feeds it, with proposals if it drafts
+            t = int(tok.item())
+            self.pending = [t]
+            self.carry = None
+            self.verify_passes += 1
+            self.hidden = Hidden.concat(parts) if self.taps is not None and parts else None
+            return [t]
         # queue the next target step before syncing (mlx-lm's pipelining)
         logits, hidden = self._forward(tok.astype(mx.uint32))
         next_carry = logits[-1:]

@@ -16,17 +16,21 @@ plainly it probes with one proposal every ``probe_every`` steps so that a draft 
 agreeing is noticed; each failed probe doubles that interval (up to ``probe_max``), an
 accepted one resets it.
 
+How well a drafter does changes along a reply (the preamble of a worked answer is hard to
+guess, its arithmetic lines easy), so evidence ages with distance as well as with rounds:
+every plain step ages the per-depth counts by ``plain_decay``, so a long plain stretch lets the
+estimates drift back toward the prior and one accepted probe counts for something again,
+instead of being outweighed by failures from far back in the reply.
+
 A drafter that stops early by itself (a confidence stop) is asked for the full width once
 the policy decides drafting pays; a probe stays one token.
 
 The costs come from warm-up (bare target passes and draft steps) and are then corrected by
 what rounds really take in this loop (``observe_time``): a round also pays sampling and the
-verdict, rollback, the drafter's bookkeeping, and the pipelining a plain step enjoys (the
-next target step is queued before the current token is read) which a round interrupts — the
-plain step right after a round is charged to it. A round right after a plain step first
-waits for the target step that plain step queued (its token's, not the round's): one step
-time is taken off it. The measured excess over the modelled cost, in plain steps, is a
-running ``overhead`` added to every width.
+verdict, rollback and the drafter's bookkeeping; whatever the plain step right after a
+round takes beyond a plain step's time is charged to the round too. The measured excess over
+the modelled cost, in plain steps, is a running ``overhead`` added to every width (never below
+zero: timing can only make rounds dearer than warm-up said, not cheaper).
 """
 
 from __future__ import annotations
@@ -38,18 +42,22 @@ DEFAULT_DRAFT_COST = 0.05  # one draft step, in target steps (before warm-up)
 PRIOR_RATE = 0.6  # the first proposal's acceptance before any is observed
 PRIOR_WEIGHT = 1.0  # in observed rounds
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
-OVERHEAD_RANGE = (-0.2, 2.0)  # a measured overhead outside this is a hiccup, clipped
+# the measured overhead only ever adds to the warm-up model: a policy that believed a round
+# cheaper than a target pass would draft at any acceptance
+OVERHEAD_RANGE = (0.0, 2.0)
 
 
 class WidthPolicy:
     def __init__(self, max_width: int, *, cost: Callable[[int], float] | None = None,
-                 probe_every: int = 16, probe_max: int = 64, decay: float = 0.9):
+                 probe_every: int = 16, probe_max: int = 64, decay: float = 0.9,
+                 plain_decay: float = 0.97):
         self.max_width = max_width
         self.cost = cost  # drafter.cost(k), in target steps; None: k * draft_cost
         self.probe_every = probe_every
         self.probe_max = probe_max
         self.probe_interval = probe_every
         self.decay = decay
+        self.plain_decay = plain_decay
         self.accepted = 0.6  # weak prior: acceptance 0.6 until observed
         self.rejected = 0.4
         # per depth j (0-based): decayed count of rounds that reached it, and of acceptances
@@ -63,7 +71,6 @@ class WidthPolicy:
         self.overhead = 0.0  # a round's measured cost beyond the modelled one, in plain steps
         self.overhead_n = 0  # rounds measured
         self._open: tuple[int, float] | None = None  # the last round (k, ms), not yet charged
-        self._after_plain = False  # the last timed step was a plain one
 
     def set_costs(self, *, verify_slope: float, draft_cost: float | None = None) -> None:
         self.verify_slope = max(0.0, verify_slope)
@@ -113,6 +120,7 @@ class WidthPolicy:
         best = max(range(k_max + 1), key=lambda k: self.gain(k, rates))
         self.probing = False
         if best == 0:
+            self._age()
             self.plain_streak += 1
             if self.plain_streak >= self.probe_interval and k_max >= 1:
                 self.plain_streak = 0
@@ -121,6 +129,12 @@ class WidthPolicy:
         else:
             self.plain_streak = 0
         return best
+
+    def _age(self) -> None:
+        """One plain step: older rounds count for a little less."""
+        d = self.plain_decay
+        self.reached = [r * d for r in self.reached]
+        self.hits = [h * d for h in self.hits]
 
     def request(self, k_max: int, *, stops_early: bool) -> int:
         """The width to ask the drafter for (0: decode plainly)."""
@@ -141,9 +155,8 @@ class WidthPolicy:
 
     def observe_time(self, k: int, ms: float) -> None:
         """Wall time of one loop step: a plain step (``k == 0``) or a round of ``k``."""
-        after_plain, self._after_plain = self._after_plain, k <= 0
         if k <= 0:
-            if self._open is not None:  # the step after a round: it restarts the pipeline
+            if self._open is not None:  # the step after a round: any extra it takes is the round's
                 rk, rms = self._open
                 self._open = None
                 if self.step_ms is not None:
@@ -154,11 +167,6 @@ class WidthPolicy:
             return
         if self._open is not None:  # back-to-back rounds: the previous one is complete
             self._charge(*self._open)
-        if after_plain:  # the step the plain one queued is not this round's
-            if self.step_ms is None:
-                self._open = None
-                return
-            ms -= self.step_ms
         self._open = (k, ms)
 
     def _charge(self, k: int, ms: float) -> None:

@@ -100,8 +100,7 @@ class MTPDrafter(Drafter):
         if n <= 0 or self.rows is None:
             return
         tokens = mx.array(committed[self.n_pairs + 1 : m + 1], dtype=mx.uint32)
-        logits, state = self.bound.step(tokens, self.rows[:n], self.cache)
-        self.seed = (logits[-1:], state[-1:])
+        self.seed = self.bound.step(tokens, self.rows[:n], self.cache, last_only=True)
         self.n_pairs = m
         self.rows = self.rows[n:] if self.rows.shape[0] > n else None
 
@@ -115,8 +114,8 @@ class MTPDrafter(Drafter):
     def prefill(self, tokens: list[int], hidden: Hidden | None) -> None:
         self._add_rows(self._rows_of(hidden))
         self._pair(self.known)
-        if self.seed is not None:
-            mx.async_eval(self.seed[1], *[c.state for c in self.cache])
+        if self.seed is not None:  # the head reads the prompt as part of prompt processing
+            mx.eval(*self.seed, *[c.state for c in self.cache])
 
     def _pick(self, logits: mx.array, qs: list[mx.array]) -> mx.array:
         if not self.stochastic:
@@ -171,7 +170,8 @@ class MTPDrafter(Drafter):
         H = self.head.module.fc.weight.shape[0]
         cache = [KVCache() for _ in self.head.module.layers]
         for n in sorted({1, 2, *[w + 1 for w in widths]}):
-            mx.eval(self.bound.step(mx.zeros((n,), mx.uint32), mx.zeros((n, H)), cache))
+            mx.eval(self.bound.step(mx.zeros((n,), mx.uint32), mx.zeros((n, H)), cache,
+                                    last_only=True))
         times = []
         for _ in range(5):
             t0 = time.perf_counter()

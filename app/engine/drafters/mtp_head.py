@@ -157,12 +157,15 @@ class BoundHead:
         e = self.embed(tokens)
         return e * self.embed_scale if self.embed_scale != 1.0 else e
 
-    def step(self, tokens: mx.array, hidden: mx.array, cache: list | None
-             ) -> tuple[mx.array, mx.array]:
-        """Tokens (L,) and hidden rows (L, H) -> (head logits (L, V'), chain state (L, H))."""
+    def step(self, tokens: mx.array, hidden: mx.array, cache: list | None,
+             last_only: bool = False) -> tuple[mx.array, mx.array]:
+        """Tokens (L,) and hidden rows (L, H) -> (head logits (L, V'), chain state (L, H));
+        ``last_only``: of the last row only (pairing a prompt needs no other row's logits,
+        and the output layer is as dear as the decoder layer)."""
         emb = self.embeds(tokens.astype(mx.uint32))[None]
         pre, post = self.head.module(emb, hidden[None].astype(emb.dtype), cache)
-        return self.logits(post[0]), self.head.chain_state(pre[0], post[0])
+        pre, post = (pre[0, -1:], post[0, -1:]) if last_only else (pre[0], post[0])
+        return self.logits(post), self.head.chain_state(pre, post)
 
     def logits(self, post: mx.array) -> mx.array:
         if self.weight is not None:

@@ -105,6 +105,13 @@ def test_the_model_card_tells_the_data_and_the_agreement_per_kind(mixed_teacher,
     assert "draftpair demo teacher-self" in card and "each seen 2 times per epoch" in card
     assert "--chat-weight 2" in card and "--init-from" not in card
     assert f"| {curve[-1]['agreement_chat']:.3f} |" in card  # the curve has the chat column
+    kind = {"speedup_median": 1.1, "speedup_min": 0.9, "speedup_max": 1.3,
+            "accept_len_mean": 0.4, "tokens_per_verify": 1.3, "identical": 2}
+    run_eval = {"prompts": 2, "max_tokens": 32, "mtp": kind, "full-model": kind,
+                "head_agreement": 0.3681, "head_positions": 2008}
+    card = model_card(run, meta, curve, dict(tree_flatten(tr.module.parameters())),
+                      {"engine_runs": {"chat": run_eval}}, 64)
+    assert "agreement on these plain replies: 0.368 (2,008 positions)" in card
 
 
 def test_no_training_positions_is_said_plainly(mixed_teacher, tmp_path):

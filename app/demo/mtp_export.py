@@ -142,6 +142,10 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
             f"| full-model (demo draft) | {f['speedup_median']:.2f}x | {f['speedup_min']:.2f}-"
             f"{f['speedup_max']:.2f} | {f['accept_len_mean']:.2f} | {f['tokens_per_verify']:.2f}"
             f" | {f['identical']}/{eng['prompts']} |\n")
+        if eng.get("head_positions"):
+            eng_lines += ("\nThe head's teacher-forced first-proposal agreement on these plain "
+                          f"replies: {eng['head_agreement']:.3f} ({eng['head_positions']:,} "
+                          "positions).\n")
     return f"""# MTP head trained for the DraftPair demo target
 
 A multi-token-prediction head for SmolLM2-135M-Instruct (which ships none), built by

@@ -148,12 +148,14 @@ def _session(pairs, draft_key: str):
 
 
 def _generate(s, kind: str, *, width: int | None = None, max_tokens=bd.LOOP_MAX_TOKENS,
-              prompt=bd.PROMPT, sampling=None, adaptive: bool = False):
+              prompt=bd.PROMPT, sampling=None, adaptive: bool = False,
+              lookup_assist: bool = False):
     from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
 
     req = GenerationRequest(prompt_tokens=tuple(prompt), chat=False, draft_kind=kind,
                             draft_width=width, max_tokens=max_tokens, allow_fallback=False,
-                            sampling=sampling or SamplingParams(), adaptive=adaptive)
+                            sampling=sampling or SamplingParams(), adaptive=adaptive,
+                            lookup_assist=lookup_assist)  # default: the drafter's own rounds
     events = list(s.generate(req))
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error

@@ -306,7 +306,7 @@ def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     s = Session()
     s.load_target("demo")
     req = GenerationRequest(prompt="Tell me a few fun facts about octopuses.", max_tokens=48,
-                            chat=True, draft_kind="mtp")
+                            chat=True, draft_kind="mtp", lookup_assist=False)  # head rounds only
     prompt = s.encode(req)
     drafter = mtp.make(DrafterContext(target=s.target, draft=None, request=req,
                                       assets=s.assets))

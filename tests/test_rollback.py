@@ -104,8 +104,9 @@ def test_greedy_identity_without_fallback(family_dirs, family):
             spec = _gen(s, draft_kind="full-model", draft_width=width, adaptive=False)
             assert spec.token_ids == plain.token_ids, (draft.name, width)
             assert spec.timings.fallback is None and spec.timings.draft_rounds > 0
-            if draft == target:  # the target as its own draft: everything accepted
-                assert spec.timings.draft_n_accepted == spec.timings.draft_n
+            if draft == target:  # the target as its own draft: all its proposals accepted
+                own = [r for r in spec.rounds if not r.copied]  # (copies may miss)
+                assert own and all(r.accepted == r.proposed for r in own)
             if width == 4:
                 accepted.update(r.accepted for r in spec.rounds)
     assert {0, 4} <= set(accepted) and len(accepted) >= 3, accepted  # varied rejections

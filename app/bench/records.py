@@ -20,6 +20,7 @@ class Condition:
     draft_kind: str  # "none" | "prompt-lookup" | "full-model" | "remote"
     width: int
     url: str = ""  # a remote endpoint's address
+    lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
 
 
 @dataclass(frozen=True)

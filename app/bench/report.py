@@ -93,7 +93,11 @@ def markdown(report: BenchReport) -> str:
         "Verdict (fixed in advance): *faster* if every run beat every plain run, *slower* if "
         "every run lost, else *no clear difference*; with fewer than two runs per condition "
         "it is *too few runs* (no verdict and no recommendation). Accepted/round = accepted draft tokens "
-        "per verify round (bonus excluded).",
+        "per verify round (bonus excluded). "
+        + ("Model drafters (draft model, MTP, DFlash) ran with prompt lookup beside them: where "
+           "the reply repeats the context, the lookup's copy is proposed instead."
+           if cfg.get("lookup_assist", True) else
+           "Model drafters ran alone (no prompt lookup beside them)."),
         "",
     ]
     ct = s.get("contention", {})

@@ -56,6 +56,7 @@ class BenchConfig:
     seed: int = 0
     remotes: tuple[str, ...] = ()  # OpenAI-compatible endpoints, one bench row each
     remote_api_key: str | None = None
+    lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
@@ -254,7 +255,8 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
             skipped[kind] = reason
             continue
         width = int(config.widths.get(kind, DEFAULT_WIDTHS.get(kind, 4)))
-        conditions.append(Condition(kind, "draftpair", kind, width))
+        conditions.append(Condition(kind, "draftpair", kind, width,
+                                    lookup_assist=config.lookup_assist))
     if config.peers:
         conditions.append(Condition(PEER_PLAIN, "mlx-lm", "none", 0))
         if any(c.draft_kind == "full-model" for c in conditions):
@@ -300,6 +302,7 @@ def _execute(
         max_tokens=max_tokens,
         allow_fallback=False,
         memory_interval_s=3600.0,
+        lookup_assist=cond.lookup_assist,
     )
     done: DoneEvent | None = None
     for ev in session.generate(request, cancel=cancel):

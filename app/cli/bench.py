@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flag a run when other processes used more than this many cores")
     p.add_argument("--reruns", type=int, help="re-runs of a flagged run (default 1; quick 0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
+                   help="measure the model drafters alone, without prompt lookup copying "
+                        "the context beside them")
     p.add_argument("--rollback", action="store_true",
                    help="only measure what rewinding the target costs per round, as a "
                    "fraction of a plain step (writes rollback.json)")
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         remotes=tuple(args.remote),
         remote_api_key=args.remote_api_key,
+        lookup_assist=args.lookup_assist,
     )
     if args.quick:
         config = BenchConfig.quick_preset(**options)

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ngram-min", type=int, default=2)
     p.add_argument("--ngram-max", type=int, default=3)
     p.add_argument("--no-adaptive", dest="adaptive", action="store_false")
+    p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
+                   help="model drafters: do not let prompt lookup propose copies of the "
+                        "context beside them")
     p.add_argument("--no-fallback", dest="allow_fallback", action="store_false",
                    help="fail instead of decoding plainly when speculation cannot run")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
@@ -115,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         ngram_min=args.ngram_min,
         ngram_max=args.ngram_max,
         adaptive=args.adaptive,
+        lookup_assist=args.lookup_assist,
     )
     found = problems(request)  # before anything heavy is loaded
     if found:
@@ -157,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
                 f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
                 file=sys.stderr,
             )
+            copies = [r for r in done.rounds if r.copied]
+            if copies:
+                print(f"[{t.draft_kind}] prompt lookup copied from the context in "
+                      f"{len(copies)} of {len(done.rounds)} rounds, accepted "
+                      f"{sum(r.accepted for r in copies)}/{sum(r.proposed for r in copies)}",
+                      file=sys.stderr)
             drafter = _drafter_line(session, t.draft_kind)
             if drafter:
                 print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)

@@ -28,6 +28,7 @@ import mlx.core as mx
 
 from app.engine import prefill, rollback, taps
 from app.engine import sampling as sm
+from app.engine.drafters import lookup_assist
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import (
     RULE_NONE,
@@ -94,6 +95,8 @@ class RoundLoop:
         self.taps = drafter.taps if drafter is not None else None
         self.rollback = rollback.for_target(target)
         self.policy: WidthPolicy | None = None
+        # a model drafter gets prompt lookup beside it for the stretches that copy context
+        self.assist = lookup_assist.for_drafter(drafter, request.lookup_assist)
         if drafter is not None and drafter.adaptive_width and self.width > 0:
             self.policy = WidthPolicy(self.width, cost=drafter.cost)
             if verify_slope is not None:
@@ -118,6 +121,8 @@ class RoundLoop:
     def _prefill(self) -> Iterator[PrefillEvent]:
         """Read the prompt after what the cache already holds, in steps that can be stopped."""
         drafter_arrays = self.drafter.begin(self.prompt, self.sampling) if self.drafter else []
+        if self.assist is not None:
+            self.assist.begin(self.prompt, self.sampling)
         last: list[mx.array] = []
 
         def feed(part: list[int]) -> list[mx.array]:
@@ -164,7 +169,7 @@ class RoundLoop:
         self.hidden = Hidden.concat(parts) if self.taps is not None else None
         return [t]
 
-    def _spec_round(self, proposal: Proposal) -> tuple[list[int], int]:
+    def _spec_round(self, proposal: Proposal, rule: str) -> tuple[list[int], int]:
         k = proposal.k
         started = time.perf_counter()
         mx.eval(proposal.tokens)
@@ -181,7 +186,7 @@ class RoundLoop:
         else:
             rows = mx.concatenate([self.carry, logits], axis=0)
         rows = sm.process_rows(rows, self._history(), proposal.tokens, self.processors)
-        verdict = verify(rows, proposal.tokens, sampling=self.sampling, rule=self.rule, q=proposal.q)
+        verdict = verify(rows, proposal.tokens, sampling=self.sampling, rule=rule, q=proposal.q)
         self.verify_ms += (time.perf_counter() - t_verify) * 1e3
         self.verify_passes += 1
         t_roll = time.perf_counter()
@@ -231,7 +236,11 @@ class RoundLoop:
                     break
                 proposal = None
                 k = min(self.width, remaining - 1)
-                if self.drafter is not None and k > 0:
+                copied = False
+                if self.assist is not None:
+                    proposal = self.assist.propose(self.committed, remaining - 1)
+                    copied = proposal is not None
+                if proposal is None and self.drafter is not None and k > 0:
                     if self.policy is not None:
                         k = self.policy.request(k, stops_early=self.drafter.stops_early)
                     proposal = self.drafter.propose(self.committed, k) if k > 0 else None
@@ -240,8 +249,9 @@ class RoundLoop:
                 if proposal is None:
                     new_tokens, accepted = self._plain_step(), 0
                 else:
-                    new_tokens, accepted = self._spec_round(proposal)
-                    if self.policy is not None:
+                    rule = self.assist.rule if copied and self.assist else self.rule
+                    new_tokens, accepted = self._spec_round(proposal, rule)
+                    if self.policy is not None and not copied:
                         self.policy.observe(proposal.k, accepted)
                 emitted = self._commit(new_tokens, accepted, proposal, detok, stopper)
                 round_index = len(self.rounds) if proposal is not None else -1
@@ -254,11 +264,15 @@ class RoundLoop:
                     ttft_ms = (time.perf_counter() - t_start) * 1e3
                 t_obs = time.perf_counter()
                 if self.drafter is not None and self.finish_reason is None:
-                    self.drafter.observe(self.committed, proposal, accepted, new_tokens,
-                                         self.hidden)
+                    # a copy round is committed text to the model drafter, not its proposal
+                    self.drafter.observe(self.committed, None if copied else proposal,
+                                         accepted, new_tokens, self.hidden)
+                    if self.assist is not None:
+                        self.assist.observe(self.committed, proposal if copied else None,
+                                            accepted, new_tokens)
                 obs_ms = (time.perf_counter() - t_obs) * 1e3  # drafter bookkeeping
                 self.draft_ms += obs_ms
-                if self.policy is not None:
+                if self.policy is not None and not copied:
                     self.policy.observe_time(proposal.k if proposal is not None else 0,
                                              (time.perf_counter() - t_step) * 1e3)
                 if proposal is not None:
@@ -269,7 +283,8 @@ class RoundLoop:
                         accepted=accepted,
                         bonus=len(emitted) > accepted,
                         emitted=len(emitted),
-                        width=k,
+                        width=proposal.k if copied else k,
+                        copied=copied,
                         draft_ms=d_ms + obs_ms,
                         verify_ms=v_ms,
                         rollback_ms=r_ms,

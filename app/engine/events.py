@@ -52,6 +52,7 @@ class GenerationRequest:
     ngram_min: int = 2
     ngram_max: int = 3
     adaptive: bool = True  # prompt lookup: pause proposing while it does not pay
+    lookup_assist: bool = True  # model drafters: prompt lookup proposes copies of the context
     reuse_cache: bool = False  # continue from a kept conversation state (chat turns)
     conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
     context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
@@ -107,6 +108,7 @@ class RoundRecord:
     rollback_ms: float
     t_ms: float  # time since decoding started, at the end of this round
     total_tokens: int  # output tokens so far
+    copied: bool = False  # prompt lookup's copy from the context, beside a model drafter
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Per-request speculation goes in ``draftpair`` (unknown keys are refused, so a typo is heard)::
 
     "draftpair": {"draft_kind": "prompt-lookup", "draft_width": 7, "allow_fallback": true,
-                  "ngram_min": 2, "ngram_max": 3, "adaptive": true, "return_tokens": false}
+                  "ngram_min": 2, "ngram_max": 3, "adaptive": true, "lookup_assist": true,
+                  "return_tokens": false}
 
 llama-server's own top-level fields are read too: ``n_predict``, ``top_k``, ``min_p``,
 ``repeat_penalty`` and ``"speculative.n_max"`` (the width). Missing values take the server's
@@ -22,7 +23,7 @@ from app.server.engine_thread import ModelInfo
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 EXTENSION_KEYS = {"draft_kind", "draft_width", "allow_fallback", "ngram_min", "ngram_max",
-                  "adaptive", "return_tokens"}
+                  "adaptive", "lookup_assist", "return_tokens"}
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 
@@ -196,6 +197,7 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         ngram_min=ngram_min,
         ngram_max=ngram_max,
         adaptive=_bool(ext, "adaptive", True, "draftpair."),
+        lookup_assist=_bool(ext, "lookup_assist", True, "draftpair."),
         # llama-server's field: continue from the kept state of an earlier request that shares
         # the prompt's beginning (off by default, so measured requests start fresh)
         reuse_cache=_bool(body, "cache_prompt", False),

@@ -3,7 +3,7 @@
 the copy and the model drafter (MTP head, draft model, DFlash) is not asked that step.
 
 A model drafter guesses one token at a time and rarely more than a few right in a row; a copy
-found by a long n-gram match is often right for many tokens. The lookup only speaks on a match
+found by an n-gram match is often right for several tokens. The lookup only speaks on a match
 of at least ``NGRAM_MIN`` tokens and pauses after failed copies (``PromptLookupDrafter``'s own
 policy), so on text that copies nothing it stays silent and the model drafter runs as alone.
 
@@ -20,7 +20,9 @@ from app.engine.drafters.prompt_lookup import PromptLookupDrafter
 from app.engine.events import SamplingParams
 from app.engine.verify import choose_rule
 
-NGRAM_MIN = 3  # a 2-token match in ordinary prose is a coin toss; 3 is evidence of copying
+# measured on the demo's plain chat replies: a 2-token match guesses the next token 0.61 of
+# the time (a 3-token match 0.74, but half as often), the MTP head 0.37
+NGRAM_MIN = 2
 NGRAM_MAX = 4
 MAX_WIDTH = 7  # the prompt-lookup kind's default width
 

@@ -110,8 +110,13 @@ def test_the_model_card_tells_the_data_and_the_agreement_per_kind(mixed_teacher,
     run_eval = {"prompts": 2, "max_tokens": 32, "mtp": kind, "full-model": kind,
                 "head_agreement": 0.3681, "head_positions": 2008}
     card = model_card(run, meta, curve, dict(tree_flatten(tr.module.parameters())),
-                      {"engine_runs": {"chat": run_eval}}, 64)
+                      {"engine_runs": {"chat": run_eval,
+                                       "chat/drafters-alone": {**run_eval, "lookup_assist": False}}},
+                      64)
     assert "agreement on these plain replies: 0.368 (2,008 positions)" in card
+    # both runs, each with the command that reproduces it
+    assert card.count("--prompt-set chat`") == 1
+    assert card.count("--prompt-set chat --no-lookup-assist`") == 1
 
 
 def test_no_training_positions_is_said_plainly(mixed_teacher, tmp_path):

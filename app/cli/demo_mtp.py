@@ -56,6 +56,9 @@ def register(sub, workdir_arg) -> None:
                     help="chat: hand-written chat requests, none from the training generator "
                          "(default); heldout: the generator's held-out prompts")
     ev.add_argument("--max-tokens", type=int, default=128)
+    ev.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
+                    help="the drafters alone, without prompt lookup copying the context "
+                         "beside them")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
 

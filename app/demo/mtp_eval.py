@@ -21,6 +21,8 @@ from pathlib import Path
 
 from app.engine.drafters.mtp_head import POSTNORM, PRENORM
 
+RUN_ALONE = "/drafters-alone"  # the key suffix of a run without prompt lookup beside them
+
 
 def teacher_forced(workdir: Path, teacher_dir: Path, head: Path | None, log=print) -> dict:
     from mlx_lm import load
@@ -67,7 +69,7 @@ def prompt_set(name: str, teacher_dir: Path, count: int) -> list[tuple[str, list
 
 
 def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Path | None = None,
-                   log=print, which: str = "chat") -> dict:
+                   log=print, which: str = "chat", lookup_assist: bool = True) -> dict:
     from app.demo.target import demo_draft_path
     from app.engine.drafters.mtp_replay import agreement, head_predictions
     from app.engine.events import DoneEvent, GenerationRequest
@@ -84,7 +86,8 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
     kinds = ("none", "mtp", "full-model")
 
     def run(msgs, kind):
-        req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind)
+        req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
+                                lookup_assist=lookup_assist)
         done = None
         for event in s.generate(req):
             if isinstance(event, DoneEvent):
@@ -127,6 +130,7 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
         log(f"  [{i + 1}/{len(records)}] {label:10s} n={plain.timings.predicted_n:3d}"
             f" plain {plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
     out = {"prompts": len(records), "prompt_set": which, "max_tokens": max_tokens,
+           "lookup_assist": lookup_assist,
            "fallbacks": fallbacks, "ratios": ratios,
            "head_agreement": hits / max(positions, 1), "head_positions": positions}
     for kind in ratios:
@@ -156,7 +160,8 @@ def main(workdir: Path, teacher_dir: Path, args) -> dict:
     if args.engine:
         out["engine"] = engine_compare(teacher_dir, prompts=args.prompts,
                                        max_tokens=args.max_tokens, head=args.head,
-                                       which=args.prompt_set)
+                                       which=args.prompt_set,
+                                       lookup_assist=getattr(args, "lookup_assist", True))
     if args.json:
         print(json.dumps(out, indent=1))
     path = workdir / "mtp" / "eval.json"
@@ -164,7 +169,8 @@ def main(workdir: Path, teacher_dir: Path, args) -> dict:
     kept = json.loads(path.read_text()) if path.exists() else {}
     runs = dict(kept.get("engine_runs") or {})
     if args.engine:
-        runs[args.prompt_set] = out["engine"]
+        key = args.prompt_set + ("" if out["engine"]["lookup_assist"] else RUN_ALONE)
+        runs[key] = out["engine"]
     saved = {"teacher_forced": out["teacher_forced"], "engine_runs": runs}
     path.write_text(json.dumps(saved, indent=1) + "\n")
     return out

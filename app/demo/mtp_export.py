@@ -130,10 +130,14 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
     eng_lines = ""
     for which, eng in sorted((evals.get("engine_runs") or {}).items()):
         m, f = eng["mtp"], eng["full-model"]
+        prompt_set = which.split("/")[0]
+        alone = not eng.get("lookup_assist", True)
         eng_lines += (
-            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(which, which)}, up to "
-            f"{eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt "
-            f"(`draftpair demo mtp-eval --engine --prompt-set {which}`):\n\n"
+            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(prompt_set, prompt_set)}, up "
+            f"to {eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt, "
+            + ("the drafters alone" if alone else "prompt lookup beside the drafters (the default)")
+            + f" (`draftpair demo mtp-eval --engine --prompt-set {prompt_set}"
+            + (" --no-lookup-assist" if alone else "") + "`):\n\n"
             "| kind | speedup over plain (median) | range | accepted / round |"
             " tokens / verify | identical |\n|---|---:|---:|---:|---:|---:|\n"
             f"| mtp | {m['speedup_median']:.2f}x | {m['speedup_min']:.2f}-{m['speedup_max']:.2f}"

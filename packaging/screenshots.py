@@ -92,7 +92,10 @@ def main() -> int:
     cmp = w.compare
     w.show_view("Compare")
     cmp.runs_spin.setValue(args.pairs)
-    if dflash or demo_draft_available():
+    if _demo_mtp_available():  # the target's own head, with prompt lookup beside it
+        cmp.kind_combo.set_kind("mtp")
+        cmp.prompt.setPlainText(COMPARE_PROMPT)
+    elif dflash or demo_draft_available():
         cmp.kind_combo.set_kind("dflash" if dflash else "full-model")
         cmp.prompt.setPlainText(COMPARE_PROMPT)
     cmp.run()
@@ -136,6 +139,12 @@ def main() -> int:
     _ = models
     w.close()
     return 0
+
+
+def _demo_mtp_available() -> bool:
+    from app.demo.mtp_paths import shipped_head_available
+
+    return shipped_head_available()
 
 
 def _demo_dflash_available() -> bool:

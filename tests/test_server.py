@@ -150,6 +150,17 @@ def test_llama_server_fields_are_read(server):
     assert data["timings"]["draft_width"] == 3
 
 
+def test_lookup_assist_is_a_request_field(server):
+    """On by default, off on request; a value that is not a boolean is refused by name."""
+    body = {"prompt": "The cat sat on the mat. The cat sat", "max_tokens": 6, "top_k": 1,
+            "draftpair": {"draft_kind": "full-model", "lookup_assist": False}}
+    status, data, _ = _post(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 200, data
+    body["draftpair"]["lookup_assist"] = "no"
+    status, data, _ = _post(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 400 and data["error"]["param"] == "draftpair.lookup_assist", data
+
+
 # -- cancellation and the queue ----------------------------------------------------------------
 
 

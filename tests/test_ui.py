@@ -177,6 +177,36 @@ def test_compare_run_produces_a_result_card(qtbot, make_window, tmp_path):
     assert cmp.repeat_btn.isEnabled()
 
 
+REPEATING = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The cat sat"
+
+
+def test_copies_from_the_context_are_counted_in_chat_and_compare(qtbot, make_window):
+    """Prompt lookup beside the draft model: the reply's stats line and the Compare card say
+    how many accepted tokens were copies of the context, the same count the rounds carry."""
+    from app.ui.format import copied_accepted
+
+    w = make_window(draft=True)
+    done = _send(qtbot, w, REPEATING, kind="full-model", max_tokens=32)
+    copied = copied_accepted(done)
+    assert copied > 0 and copied <= done.timings.draft_n_accepted
+    line = w.chat.store.messages(w.chat.conv_id)[-1].stats["line"]
+    assert f"accepted {done.timings.draft_n_accepted}/" in line
+    assert f"{copied} of them copied from the context" in line
+
+    cmp = w.compare
+    w.show_view("Compare")
+    cmp.kind_combo.set_kind("full-model")
+    cmp.prompt.setPlainText(REPEATING)
+    cmp.runs_spin.setValue(1)
+    cmp.max_spin.setValue(32)
+    with qtbot.waitSignal(cmp.compare_finished, timeout=REPLY_TIMEOUT * 2) as blocker:
+        qtbot.mouseClick(cmp.run_btn, Qt.MouseButton.LeftButton)
+    s = blocker.args[0]
+    on = [r.done for r in cmp.results if r.mode == "on"]
+    assert s.copied == sum(copied_accepted(d) for d in on) > 0
+    assert f"{s.copied} of them copied from the context" in cmp.card_body.text()
+
+
 def test_pairing_view_explains_an_incompatible_draft(qtbot, make_window, tmp_path, tiny_models):
     from app.checkpoints.store import Store
 

@@ -44,7 +44,9 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
            "client": ", on from arrival times"}.get(s.rate_source, ""),
         f"{KIND_LABELS.get(s.kind, s.kind)}: "
         + (f"accepted {s.accepted}/{s.proposed} ({100 * (s.acceptance or 0):.0f}%), mean "
-           f"{s.accept_len_mean or 0:.2f} per round" if s.accepted is not None
+           f"{s.accept_len_mean or 0:.2f} per round"
+           + (f"; {s.copied} of them copied from the context" if s.copied else "")
+           if s.accepted is not None
            else "accepted drafts unknown (the endpoint does not report them)"),
         same,
         f"Extra memory with speculation: {mem}"

@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.ui.format import copied_accepted
+
 WARMUP_TOKENS = 8
 
 
@@ -65,6 +67,7 @@ class CompareSummary:
     compared_by: str = "tokens"  # "text" when a side reports no token ids
     remote: str | None = None  # the endpoint of the "on" side, if remote
     rate_source: str = "engine"  # of the "on" rate: engine | server | client (arrival times)
+    copied: int = 0  # of ``accepted``, tokens prompt lookup copied from the context
 
     @property
     def acceptance(self) -> float | None:
@@ -119,6 +122,7 @@ def summarize(
     accepted = _total(t.draft_n_accepted for t in on_t)
     proposed = _total(t.draft_n for t in on_t)
     rounds = _total(t.draft_rounds for t in on_t)
+    copied = sum(copied_accepted(on[k].done) for k in keys)
     notes = []
     if any(r.done.finish_reason == "cancelled" for r in results):
         notes.append("Some runs were stopped early; their speed covers fewer tokens.")
@@ -149,6 +153,7 @@ def summarize(
         compared_by=compared_by,
         remote=remote,
         rate_source=getattr(on_t[0], "rate_source", "engine"),
+        copied=copied,
     )
 
 

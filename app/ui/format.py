@@ -38,9 +38,16 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
         "acceptance_rule": t.acceptance_rule,
         "exact": t.exact,
         "error": done.error,
+        # accepted tokens that prompt lookup copied from the context beside the drafter
+        "copy_accepted": copied_accepted(done),
     }
     stats["line"] = stats_line(stats)
     return stats
+
+
+def copied_accepted(done: Any) -> int:
+    """Accepted draft tokens of a reply that were prompt lookup's copies of the context."""
+    return sum(r.accepted for r in getattr(done, "rounds", ()) if getattr(r, "copied", False))
 
 
 def stats_line(s: dict[str, Any]) -> str:
@@ -53,6 +60,8 @@ def stats_line(s: dict[str, Any]) -> str:
         n, a = s.get("draft_n", 0), s.get("draft_n_accepted", 0)
         pct = f" ({100 * a / n:.0f}%)" if n else ""
         parts.append(f"accepted {a}/{n}{pct}")
+        if s.get("copy_accepted"):
+            parts.append(f"{s['copy_accepted']} of them copied from the context")
         parts.append(f"mean accepted {s.get('accept_len_mean', 0):.2f}/round")
     parts.append(KIND_LABELS.get(kind, kind) if kind != "none" else "no speculation")
     parts.append(FINISH_LABELS.get(s.get("finish_reason", ""), s.get("finish_reason", "")))

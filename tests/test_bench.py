@@ -224,6 +224,8 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     for cond in names:
         assert f"| {cond} |" in md or f"| {cond} ⚠ |" in md
     assert "## Goals" in md and "## Environment" in md
+    # what the model-drafter rows ran with, and the peer comparison's caveat
+    assert "ran with prompt lookup beside them" in md and "`--no-lookup-assist`" in md
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     env = data["environment"]
     assert env["backend"] and len(env["checkpoints"]["target"]["hash"]) == 64

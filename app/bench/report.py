@@ -150,7 +150,10 @@ def markdown(report: BenchReport) -> str:
     lines += ["## Goals", "",
               "Measured = median over tasks and temperatures of the speedups above. "
               "Load-matched = median ratio over the repeats whose two runs met the same "
-              "background load (diagnostic for busy machines).", "",
+              "background load (diagnostic for busy machines)."
+              + (" The full-model row had prompt lookup beside the draft, mlx-lm's speculative "
+                 "row has not: `--no-lookup-assist` compares the draft alone."
+                 if cfg.get("lookup_assist", True) and cfg.get("peers") else ""), "",
               "| goal | target | measured | met | load-matched (pairs) |",
               "|---|---:|---:|---|---:|"]
     for g in s.get("goals", []):

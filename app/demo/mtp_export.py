@@ -84,6 +84,35 @@ def _curve_table(curve: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def engine_sections(evals: dict) -> str:
+    """The card's engine tables, one per recorded ``mtp-eval --engine`` run, each with the
+    command that reproduces it."""
+    eng_lines = ""
+    for which, eng in sorted((evals.get("engine_runs") or {}).items()):
+        m, f = eng["mtp"], eng["full-model"]
+        prompt_set = which.split("/")[0]
+        alone = not eng.get("lookup_assist", True)
+        eng_lines += (
+            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(prompt_set, prompt_set)}, up "
+            f"to {eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt, "
+            + ("the drafters alone" if alone else "prompt lookup beside the drafters (the default)")
+            + f" (`draftpair demo mtp-eval --engine --prompt-set {prompt_set}"
+            + (" --no-lookup-assist" if alone else "") + "`):\n\n"
+            "| kind | speedup over plain (median) | range | accepted / round |"
+            " tokens / verify | identical |\n|---|---:|---:|---:|---:|---:|\n"
+            f"| mtp | {m['speedup_median']:.2f}x | {m['speedup_min']:.2f}-{m['speedup_max']:.2f}"
+            f" | {m['accept_len_mean']:.2f} | {m['tokens_per_verify']:.2f} | "
+            f"{m['identical']}/{eng['prompts']} |\n"
+            f"| full-model (demo draft) | {f['speedup_median']:.2f}x | {f['speedup_min']:.2f}-"
+            f"{f['speedup_max']:.2f} | {f['accept_len_mean']:.2f} | {f['tokens_per_verify']:.2f}"
+            f" | {f['identical']}/{eng['prompts']} |\n")
+        if eng.get("head_positions"):
+            eng_lines += ("\nThe head's teacher-forced first-proposal agreement on these plain "
+                          f"replies: {eng['head_agreement']:.3f} ({eng['head_positions']:,} "
+                          "positions).\n")
+    return eng_lines
+
+
 def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: dict,
                head_size: int) -> str:
     n_params = sum(int(v.size) for v in weights.values())
@@ -127,29 +156,7 @@ def model_card(run: dict, meta: dict, curve: list[dict], weights: dict, evals: d
             f"| post-final-norm state (trained with: {tf.get('trained_with')}) | "
             f"{tf['postnorm']['agreement']:.3f} |\n"
             f"| pre-final-norm state | {tf['prenorm']['agreement']:.3f} |\n")
-    eng_lines = ""
-    for which, eng in sorted((evals.get("engine_runs") or {}).items()):
-        m, f = eng["mtp"], eng["full-model"]
-        prompt_set = which.split("/")[0]
-        alone = not eng.get("lookup_assist", True)
-        eng_lines += (
-            f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(prompt_set, prompt_set)}, up "
-            f"to {eng['max_tokens']} tokens, plain / mtp / full-model rotated per prompt, "
-            + ("the drafters alone" if alone else "prompt lookup beside the drafters (the default)")
-            + f" (`draftpair demo mtp-eval --engine --prompt-set {prompt_set}"
-            + (" --no-lookup-assist" if alone else "") + "`):\n\n"
-            "| kind | speedup over plain (median) | range | accepted / round |"
-            " tokens / verify | identical |\n|---|---:|---:|---:|---:|---:|\n"
-            f"| mtp | {m['speedup_median']:.2f}x | {m['speedup_min']:.2f}-{m['speedup_max']:.2f}"
-            f" | {m['accept_len_mean']:.2f} | {m['tokens_per_verify']:.2f} | "
-            f"{m['identical']}/{eng['prompts']} |\n"
-            f"| full-model (demo draft) | {f['speedup_median']:.2f}x | {f['speedup_min']:.2f}-"
-            f"{f['speedup_max']:.2f} | {f['accept_len_mean']:.2f} | {f['tokens_per_verify']:.2f}"
-            f" | {f['identical']}/{eng['prompts']} |\n")
-        if eng.get("head_positions"):
-            eng_lines += ("\nThe head's teacher-forced first-proposal agreement on these plain "
-                          f"replies: {eng['head_agreement']:.3f} ({eng['head_positions']:,} "
-                          "positions).\n")
+    eng_lines = engine_sections(evals)
     return f"""# MTP head trained for the DraftPair demo target
 
 A multi-token-prediction head for SmolLM2-135M-Instruct (which ships none), built by

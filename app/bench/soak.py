@@ -144,6 +144,7 @@ def _request(rng: random.Random, cfg: SoakConfig, kinds: list[str]) -> Generatio
         draft_kind=rng.choice(kinds), draft_width=width, sampling=sampling,
         max_tokens=rng.choice([1, 2, rng.randint(3, cfg.max_tokens), cfg.max_tokens]),
         ngram_min=rng.choice([1, 2]), ngram_max=rng.choice([2, 3, 4]),
+        lookup_assist=rng.random() < 0.7,
     )
 
 

@@ -74,33 +74,54 @@ def test_copy_rounds_keep_greedy_output(models, pair, kind):
 
 
 def test_copy_rounds_are_not_the_drafters_evidence(pair, monkeypatch):
-    """The width policy sees the model drafter's rounds only; the drafter observes a copy
-    round's tokens as committed text (proposal None)."""
+    """With the width policy on (fixed to draft every step), it sees the model drafter's
+    rounds only, in acceptance and in timing; the drafter observes a copy round's tokens as
+    committed text (proposal None). The counts land in the timings."""
+    from app.engine import width
+    from app.engine.drafters.full_model import FullModelDrafter
+
     seen_policy: list[tuple[int, int]] = []
+    timed: list[int] = []
+    others: list[bool] = []
     seen_drafter: list[bool] = []
-    real_observe = decode_mod.WidthPolicy.observe
+    real_observe = width.WidthPolicy.observe
+    real_time = width.WidthPolicy.observe_time
+    real_other = width.WidthPolicy.observe_other
+    real_drafter_observe = FullModelDrafter.observe
 
     def policy_observe(self, proposed, accepted):
         seen_policy.append((proposed, accepted))
         return real_observe(self, proposed, accepted)
 
-    from app.engine.drafters.full_model import FullModelDrafter
+    def observe_time(self, k, ms):
+        timed.append(k)
+        return real_time(self, k, ms)
 
-    real_drafter_observe = FullModelDrafter.observe
+    def observe_other(self):
+        others.append(True)
+        return real_other(self)
 
     def drafter_observe(self, committed, proposal, accepted, new_tokens, hidden=None):
         seen_drafter.append(proposal is not None)
         return real_drafter_observe(self, committed, proposal, accepted, new_tokens, hidden)
 
-    monkeypatch.setattr(decode_mod.WidthPolicy, "observe", policy_observe)
+    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)  # a round every step
+    monkeypatch.setattr(width.WidthPolicy, "observe", policy_observe)
+    monkeypatch.setattr(width.WidthPolicy, "observe_time", observe_time)
+    monkeypatch.setattr(width.WidthPolicy, "observe_other", observe_other)
     monkeypatch.setattr(FullModelDrafter, "observe", drafter_observe)
     done = _done(pair, prompt=REPEATING, max_tokens=40, draft_kind="full-model", draft_width=3)
     own = [r for r in done.rounds if not r.copied]
     copies = [r for r in done.rounds if r.copied]
-    assert copies
+    assert copies and len(own) >= 3
     assert [(r.proposed, r.accepted) for r in own] == seen_policy
+    assert len(others) == len(copies) and sum(k > 0 for k in timed) == len(own)
     # every own round is the drafter's evidence, but the last step's when the reply ended
     assert len(own) - 1 <= sum(seen_drafter) <= len(own)
+    t = done.timings
+    assert t.copy_rounds == len(copies) and t.draft_rounds == len(done.rounds)
+    assert t.copy_n == sum(r.proposed for r in copies)
+    assert t.copy_n_accepted == sum(r.accepted for r in copies) <= t.draft_n_accepted
 
 
 def _sample(session, prompt_ids, sampling, n, length):

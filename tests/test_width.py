@@ -132,3 +132,31 @@ def test_width_policy_never_believes_a_round_cheaper_than_warm_up_said():
         p.observe_time(0, 60.0)
     assert p.overhead == 0.0 and p.round_cost(1) == pytest.approx(1.16)
     assert p.choose(4) == 0
+
+
+def test_a_copy_round_is_neither_the_rounds_cost_nor_a_plain_steps_time():
+    """A round the policy did not size (a copy round beside the drafter) closes an open round
+    with what it measured, and the plain step after it (carrying the copy round's trailing
+    work) changes neither the plain-step time nor the rounds' overhead."""
+    from app.engine.width import WidthPolicy
+
+    p = WidthPolicy(4)
+    p.set_costs(verify_slope=0.1, draft_cost=0.1)
+    for _ in range(5):
+        p.observe_time(0, 50.0)
+    p.observe_time(1, 60.0)  # exactly the modelled 1.2 steps
+    p.observe_other()
+    assert p.overhead == pytest.approx(0.0, abs=1e-9) and p.overhead_n == 1
+    step, overhead = p.step_ms, p.overhead
+    p.observe_time(0, 500.0)  # the plain step after the copy round
+    assert p.step_ms == step and p.overhead == overhead and p.overhead_n == 1
+    p.observe_time(0, 50.0)  # the next plain step counts again
+    assert p.step_ms == pytest.approx(50.0)
+    # without the copy round, the same slow step would have been charged to the round
+    q = WidthPolicy(4)
+    q.set_costs(verify_slope=0.1, draft_cost=0.1)
+    for _ in range(5):
+        q.observe_time(0, 50.0)
+    q.observe_time(1, 60.0)
+    q.observe_time(0, 500.0)
+    assert q.overhead > 1.0

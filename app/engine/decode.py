@@ -272,9 +272,12 @@ class RoundLoop:
                                             accepted, new_tokens)
                 obs_ms = (time.perf_counter() - t_obs) * 1e3  # drafter bookkeeping
                 self.draft_ms += obs_ms
-                if self.policy is not None and not copied:
-                    self.policy.observe_time(proposal.k if proposal is not None else 0,
-                                             (time.perf_counter() - t_step) * 1e3)
+                if self.policy is not None:
+                    if copied:
+                        self.policy.observe_other()
+                    else:
+                        self.policy.observe_time(proposal.k if proposal is not None else 0,
+                                                 (time.perf_counter() - t_step) * 1e3)
                 if proposal is not None:
                     d_ms, v_ms, r_ms = self._round_ms
                     rec = RoundRecord(
@@ -362,6 +365,9 @@ class RoundLoop:
             draft_n=self.draft_n,
             draft_n_accepted=self.draft_acc,
             draft_rounds=n_rounds,
+            copy_n=sum(r.proposed for r in self.rounds if r.copied),
+            copy_n_accepted=sum(r.accepted for r in self.rounds if r.copied),
+            copy_rounds=sum(r.copied for r in self.rounds),
             draft_kind=drafter_kind,
             accept_len_mean=self.draft_acc / n_rounds if n_rounds else 0.0,
             acceptance_rate=self.draft_acc / self.draft_n if self.draft_n else 0.0,

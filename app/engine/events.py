@@ -148,6 +148,10 @@ class Timings:
     draft_n: int = 0
     draft_n_accepted: int = 0
     draft_rounds: int = 0
+    # of draft_n / draft_n_accepted / draft_rounds: prompt lookup's copies beside the drafter
+    copy_n: int = 0
+    copy_n_accepted: int = 0
+    copy_rounds: int = 0
     draft_kind: str = "none"
     accept_len_mean: float = 0.0  # draft_n_accepted / draft_rounds
     acceptance_rate: float = 0.0  # draft_n_accepted / draft_n

@@ -71,6 +71,7 @@ class WidthPolicy:
         self.overhead = 0.0  # a round's measured cost beyond the modelled one, in plain steps
         self.overhead_n = 0  # rounds measured
         self._open: tuple[int, float] | None = None  # the last round (k, ms), not yet charged
+        self._after_other = False  # the last step was one the policy did not size
 
     def set_costs(self, *, verify_slope: float, draft_cost: float | None = None) -> None:
         self.verify_slope = max(0.0, verify_slope)
@@ -156,6 +157,9 @@ class WidthPolicy:
     def observe_time(self, k: int, ms: float) -> None:
         """Wall time of one loop step: a plain step (``k == 0``) or a round of ``k``."""
         if k <= 0:
+            if self._after_other:  # it carries another round's trailing work: not a clean step
+                self._after_other = False
+                return
             if self._open is not None:  # the step after a round: any extra it takes is the round's
                 rk, rms = self._open
                 self._open = None
@@ -165,9 +169,19 @@ class WidthPolicy:
             self.step_ms = ms if self.step_ms is None else (
                 (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
             return
+        self._after_other = False
         if self._open is not None:  # back-to-back rounds: the previous one is complete
             self._charge(*self._open)
         self._open = (k, ms)
+
+    def observe_other(self) -> None:
+        """A step this policy did not size (a copy round beside the drafter): an open round is
+        charged as measured so far, and the plain step after it, which carries the other
+        round's trailing work, is not taken as a plain step's time."""
+        if self._open is not None:
+            self._charge(*self._open)
+            self._open = None
+        self._after_other = True
 
     def _charge(self, k: int, ms: float) -> None:
         if not self.step_ms:

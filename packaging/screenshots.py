@@ -49,6 +49,7 @@ def main() -> int:
     # A store with the demo target, the demo draft when shipped, and a tiny model with another
     # tokenizer, so the pairing panel has something to explain.
     from app.checkpoints.store import Store
+    from app.demo.mtp_paths import shipped_head_available
     from app.demo.target import demo_draft_available, demo_draft_path, demo_target_dir
     from tests.builders import make_checkpoint
 
@@ -92,7 +93,7 @@ def main() -> int:
     cmp = w.compare
     w.show_view("Compare")
     cmp.runs_spin.setValue(args.pairs)
-    if _demo_mtp_available():  # the target's own head, with prompt lookup beside it
+    if shipped_head_available():  # the target's own head, with prompt lookup beside it
         cmp.kind_combo.set_kind("mtp")
         cmp.prompt.setPlainText(COMPARE_PROMPT)
     elif dflash or demo_draft_available():
@@ -139,12 +140,6 @@ def main() -> int:
     _ = models
     w.close()
     return 0
-
-
-def _demo_mtp_available() -> bool:
-    from app.demo.mtp_paths import shipped_head_available
-
-    return shipped_head_available()
 
 
 def _demo_dflash_available() -> bool:

@@ -161,12 +161,10 @@ def run(args: argparse.Namespace) -> int:
                 f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
                 file=sys.stderr,
             )
-            copies = [r for r in done.rounds if r.copied]
-            if copies:
+            if t.copy_rounds:
                 print(f"[{t.draft_kind}] prompt lookup copied from the context in "
-                      f"{len(copies)} of {len(done.rounds)} rounds, accepted "
-                      f"{sum(r.accepted for r in copies)}/{sum(r.proposed for r in copies)}",
-                      file=sys.stderr)
+                      f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
+                      f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)
             drafter = _drafter_line(session, t.draft_kind)
             if drafter:
                 print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from app.demo.mtp_eval import RUN_ALONE
+
 
 def _read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
@@ -90,7 +92,7 @@ def engine_sections(evals: dict) -> str:
     eng_lines = ""
     for which, eng in sorted((evals.get("engine_runs") or {}).items()):
         m, f = eng["mtp"], eng["full-model"]
-        prompt_set = which.split("/")[0]
+        prompt_set = which.removesuffix(RUN_ALONE)
         alone = not eng.get("lookup_assist", True)
         eng_lines += (
             f"\nEngine, greedy, {eng['prompts']} {_PROMPT_SETS.get(prompt_set, prompt_set)}, up "

@@ -46,8 +46,9 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
 
 
 def copied_accepted(done: Any) -> int:
-    """Accepted draft tokens of a reply that were prompt lookup's copies of the context."""
-    return sum(r.accepted for r in getattr(done, "rounds", ()) if getattr(r, "copied", False))
+    """Accepted draft tokens of a reply that were prompt lookup's copies of the context
+    (0 from an endpoint that does not report them)."""
+    return int(getattr(done.timings, "copy_n_accepted", 0) or 0)
 
 
 def stats_line(s: dict[str, Any]) -> str:

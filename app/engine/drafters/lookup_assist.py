@@ -32,12 +32,10 @@ class LookupAssist:
         self.lookup = PromptLookupDrafter(ngram_min=NGRAM_MIN, ngram_max=NGRAM_MAX)
         self.max_width = max_width
         self.rule = choose_rule(SamplingParams(), stochastic_draft=False)
-        self.rounds = self.proposed = self.accepted = 0
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> None:
         self.lookup.begin(prompt, sampling)
         self.rule = choose_rule(sampling, stochastic_draft=False)
-        self.rounds = self.proposed = self.accepted = 0
 
     def propose(self, committed: list[int], remaining: int) -> Proposal | None:
         """A copy of up to ``remaining`` tokens, or None (no match, or paused)."""
@@ -49,16 +47,9 @@ class LookupAssist:
 
     def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,
                 new_tokens: list[int]) -> None:
-        """Every step's committed tokens; ``proposal`` only when the step was a copy round."""
-        if proposal is not None:
-            self.rounds += 1
-            self.proposed += proposal.k
-            self.accepted += accepted
+        """Every step's committed tokens; ``proposal`` only when the step was a copy round
+        (the loop counts copy rounds in its timings)."""
         self.lookup.observe(committed, proposal, accepted, new_tokens)
-
-    def stats(self) -> dict[str, int]:
-        return {"copy_rounds": self.rounds, "copy_proposed": self.proposed,
-                "copy_accepted": self.accepted}
 
 
 def for_drafter(drafter: Drafter | None, enabled: bool) -> LookupAssist | None:

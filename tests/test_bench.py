@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.bench.contention import Reading, Window, judge, other_load
+from app.bench.measure import paired_speedup
 from app.bench.recommend import recommend_drafters
-from app.bench.stats import FASTER, SLOWER, UNCLEAR, compare_tokens, paired_speedup, verdict
+from app.bench.stats import FASTER, SLOWER, UNCLEAR, compare_tokens, verdict
 from app.bench.suite import SuiteError, load_suite, select_tasks
 from tests.builders import make_checkpoint
 
@@ -187,7 +188,7 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     data = json.loads(paths["json"].read_text())
     runs = data["runs"]
     assert len(runs) == 2 * len(names) and not any(r["error"] for r in runs)
-    # ABAB: the second repeat runs the conditions in reverse order
+    # ABBA: the second repeat runs the conditions in reverse order (app.bench.measure.plan)
     assert [r["condition"] for r in runs] == names + names[::-1]
 
     with paths["csv"].open() as fh:

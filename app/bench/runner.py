@@ -79,6 +79,9 @@ class Progress:
     done: int
     total: int
     message: str
+    # after each measured run: the summary rows of what is measured so far (fresh copies, so
+    # another thread may keep them), which a view shows while the bench goes on
+    rows: tuple[dict[str, Any], ...] | None = None
 
     @property
     def fraction(self) -> float:
@@ -200,6 +203,10 @@ def run_bench(
                     if out["finish_reason"] == "cancelled":
                         report.cancelled = True
                     done += 1
+                    measured = report.runs[-1]
+                    say(Progress(done, total, f"{task.id} T={temp:g}: {cond.name} "
+                                 f"{measured.decode_tps:.1f} tok/s",
+                                 rows=tuple(summarize(report)["rows"])))
         report.contention_timeline = [
             {**w, "t0": round(w["t0"] - t0, 2), "t1": round(w["t1"] - t0, 2)}
             for w in sampler.timeline()

@@ -25,6 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
 from app.engine import registry, rollback
@@ -162,7 +163,7 @@ class Session:
             if request.system_prompt and not any(m.get("role") == "system" for m in messages):
                 messages.insert(0, {"role": "system", "content": request.system_prompt})
             if getattr(tok, "chat_template", None):
-                return list(tok.apply_chat_template(messages, add_generation_prompt=True))
+                return chat_tokens(tok, messages, model=self.target.name, folder=self.target.path)
             text = "\n".join(m["content"] for m in messages)
             return list(tok.encode(text))
         if request.prompt is None:

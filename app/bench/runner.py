@@ -79,6 +79,9 @@ class Progress:
     done: int
     total: int
     message: str
+    # after each measured run: the summary rows of what is measured so far (fresh copies, so
+    # another thread may keep them), which a view shows while the bench goes on
+    rows: tuple[dict[str, Any], ...] | None = None
 
     @property
     def fraction(self) -> float:
@@ -200,6 +203,10 @@ def run_bench(
                     if out["finish_reason"] == "cancelled":
                         report.cancelled = True
                     done += 1
+                    measured = report.runs[-1]
+                    say(Progress(done, total, f"{task.id} T={temp:g}: {cond.name} "
+                                 f"{measured.decode_tps:.1f} tok/s",
+                                 rows=tuple(summarize(report)["rows"])))
         report.contention_timeline = [
             {**w, "t0": round(w["t0"] - t0, 2), "t1": round(w["t1"] - t0, 2)}
             for w in sampler.timeline()
@@ -386,14 +393,14 @@ def _execute_remote(
     cancel: threading.Event, api_key: str | None,
 ) -> dict[str, Any]:
     """One request to an endpoint (the task's chat messages; the server applies its template)."""
-    from app.engine.events import DoneEvent
     from app.remote.client import RemoteRequest, stream_remote
+    from app.remote.results import RemoteDone
 
     request = RemoteRequest(url=cond.url, messages=tuple(messages), max_tokens=max_tokens,
                             temperature=temperature, seed=seed, api_key=api_key)
-    done: Any = None
+    done: RemoteDone | None = None
     for ev in stream_remote(request, cancel=cancel):
-        if isinstance(ev, DoneEvent):
+        if isinstance(ev, RemoteDone):
             done = ev
     assert done is not None
     return {

@@ -169,7 +169,8 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
         out.add(
             "chat_template.target_missing",
             WARNING,
-            "The target has no chat template, so it can only continue plain text, not chat.",
+            "The target has no chat template (a base model): chat joins the turns as plain "
+            "text, and it continues text best.",
             "no chat_template in tokenizer_config.json / chat_template.jinja",
         )
     elif t.chat_template:

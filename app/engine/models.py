@@ -38,6 +38,16 @@ class LoadedModel:
         return int(self.config.get("vocab_size") or len(self.tokenizer.get_vocab()))
 
     @property
+    def embedding_rows(self) -> int:
+        """Token ids the model can read: the rows of its input embedding table. An id at or
+        past it would read memory past the table (MLX does not check), so callers refuse it."""
+        rows = self.extra.get("embedding_rows")
+        if rows is None:
+            rows = embedding_rows(self.model) or self.vocab_size
+            self.extra["embedding_rows"] = rows
+        return int(rows)
+
+    @property
     def eos_token_ids(self) -> set[int]:
         return set(self.tokenizer.eos_token_ids or [])
 
@@ -45,6 +55,22 @@ class LoadedModel:
         from mlx.utils import tree_flatten
 
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+
+_EMBEDDING_NAMES = ("embed_tokens", "embeddings", "wte", "tok_embeddings", "word_embeddings")
+
+
+def embedding_rows(model: nn.Module) -> int | None:
+    """Rows of ``model``'s input embedding table (quantized tables keep one row per id), or
+    None when no known layout holds one."""
+    lm = getattr(model, "language_model", model)
+    for owner in (getattr(lm, "model", None), getattr(lm, "transformer", None), lm):
+        for name in _EMBEDDING_NAMES:
+            layer = getattr(owner, name, None) if owner is not None else None
+            weight = getattr(layer, "weight", None)
+            if isinstance(weight, mx.array) and weight.ndim == 2:
+                return int(weight.shape[0])
+    return None
 
 
 def validate_folder(path: Path) -> dict[str, Any]:

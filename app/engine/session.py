@@ -46,7 +46,7 @@ from app.engine.prompt_cache import PromptCache
 from app.engine.registry import DrafterContext
 from app.engine.reuse import ConversationLease
 from app.engine.taps import TapRequest
-from app.engine.validation import validate
+from app.engine.validation import token_problem, validate
 from app.engine.width import PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
@@ -148,6 +148,12 @@ class Session:
             limits.check(len(tokens), limit)
         if not tokens:
             raise DraftPairError("The prompt is empty.")
+        problem = token_problem(tokens, self.target.embedding_rows)
+        if problem:  # MLX would read past the embedding table (garbage or a crash)
+            if request.prompt_tokens is None:  # the model's own tokenizer gave these ids
+                problem = (f"{self.target.name}'s tokenizer gives ids its embedding table "
+                           f"does not have ({problem})")
+            raise DraftPairError(f"This request cannot run: {problem}.")
         return limits.Admission(tuple(tokens), limit, dropped)
 
     def encode(self, request: GenerationRequest) -> list[int]:
@@ -195,7 +201,8 @@ class Session:
     ) -> Iterator[Event]:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
-        validate(req)  # every problem of the request, named, before any work
+        # every problem of the request, named, before any work
+        validate(req, vocab_rows=self.target.embedding_rows)
         admission = self.admit(req)
         prompt = list(admission.tokens)
         limit = admission.limit
@@ -216,6 +223,9 @@ class Session:
             problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
+        if (reason is None and kind == "full-model" and self.draft is not None
+                and max(prompt) >= self.draft.embedding_rows):
+            reason = "the prompt holds token ids the draft model does not have"
         if reason is not None:
             if not req.allow_fallback:
                 raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")

@@ -395,14 +395,14 @@ def _execute_remote(
     cancel: threading.Event, api_key: str | None,
 ) -> dict[str, Any]:
     """One request to an endpoint (the task's chat messages; the server applies its template)."""
-    from app.engine.events import DoneEvent
     from app.remote.client import RemoteRequest, stream_remote
+    from app.remote.results import RemoteDone
 
     request = RemoteRequest(url=cond.url, messages=tuple(messages), max_tokens=max_tokens,
                             temperature=temperature, seed=seed, api_key=api_key)
-    done: Any = None
+    done: RemoteDone | None = None
     for ev in stream_remote(request, cancel=cancel):
-        if isinstance(ev, DoneEvent):
+        if isinstance(ev, RemoteDone):
             done = ev
     assert done is not None
     return {

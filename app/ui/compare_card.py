@@ -41,7 +41,7 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool) -> str:
         f"Off {s.off_tok_s:.1f} tok/s → on {s.on_tok_s:.1f} tok/s (medians)"
         + {"server": ", on as reported",
            "client": ", on from arrival times"}.get(s.rate_source, ""),
-        f"{KIND_LABELS.get(s.kind, s.kind)}: "
+        f"{KIND_LABELS.get(s.kind, s.kind) if s.kind else 'The endpoint'}: "
         + (f"accepted {s.accepted}/{s.proposed} ({100 * (s.acceptance or 0):.0f}%), mean "
            f"{s.accept_len_mean or 0:.2f} per round"
            + (f"; {s.copied} of them copied from the context" if s.copied else "")

@@ -15,6 +15,7 @@ from typing import Any
 from app.bench import measure
 from app.bench.contention import RunContention
 from app.bench.stats import compare_tokens
+from app.remote.results import RemoteTimings
 from app.ui.format import copied_accepted
 
 MODES = ("off", "on")
@@ -29,7 +30,7 @@ def plan(runs: int, *, warmup: bool = True) -> list[measure.PlannedRun[str]]:
 class RunResult:
     mode: str
     repeat: int
-    done: Any  # DoneEvent
+    done: Any  # DoneEvent, or RemoteDone for an endpoint's run
 
     @property
     def tok_s(self) -> float:  # a remote endpoint's unknown rate counts as no measurement
@@ -53,7 +54,7 @@ class CompareSummary:
     accepted: int | None  # None: the remote endpoint does not report draft counts
     proposed: int | None
     accept_len_mean: float | None
-    kind: str
+    kind: str | None  # None: an endpoint that does not say
     fallback: str | None
     other_cores: float | None = None  # CPU cores other programs kept busy (mean); None: unknown
     contention_flagged: bool = False  # above the benchmark's threshold: the numbers may be noisy
@@ -97,9 +98,10 @@ def summarize(
         diff = compare_tokens(first_off.text, first_on.text).first_divergence
         compared = min(len(first_off.text), len(first_on.text))
     on_peaks = [on[k].done.timings.peak_memory_bytes for k in keys]
-    remote = getattr(first_on.timings, "endpoint", None) or None
+    on_remote = first_on.timings if isinstance(first_on.timings, RemoteTimings) else None
+    remote = (on_remote.endpoint or None) if on_remote is not None else None
     # another process's (or machine's) memory does not compare with this one's
-    mem = None if remote or None in on_peaks else int(
+    mem = None if on_remote is not None or None in on_peaks else int(
         statistics.median(on_peaks)
         - statistics.median(off[k].done.timings.peak_memory_bytes for k in keys)
     )
@@ -138,7 +140,7 @@ def summarize(
         notes=notes,
         compared_by=compared_by,
         remote=remote,
-        rate_source=getattr(on_t[0], "rate_source", "engine"),
+        rate_source=on_remote.rate_source if on_remote is not None else "engine",
         copied=copied,
     )
 

@@ -33,7 +33,7 @@ from app.ui.text_runs import append_run
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
 from app.ui.widgets import SpecCombo, add_shortcut, splitter
-from app.ui.worker import Job, ModelState
+from app.ui.worker import REMOTE, Job, ModelState
 
 DEFAULT_PROMPT = (
     "Fix the spelling mistakes in this paragraph and return it unchanged otherwise:\n\n"
@@ -308,26 +308,26 @@ class CompareView(View):
         self._update_buttons()
         self._next()
 
-    def _request(self, run: PlannedRun[str]):
+    def _make_job(self, run: PlannedRun[str]) -> Job:
         from app.engine.events import GenerationRequest, SamplingParams
 
         meta = self._request_meta
+        max_tokens = WARMUP_TOKENS if run.warmup else meta["max_tokens"]
         if run.condition == "on" and meta.get("remote"):
             from app.remote.client import RemoteRequest
 
-            return RemoteRequest(
-                url=meta["remote"], prompt=meta["prompt"], temperature=0.0,
-                max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
-                api_key=self._api_key,
-            )
-        return GenerationRequest(
+            remote = RemoteRequest(url=meta["remote"], prompt=meta["prompt"], temperature=0.0,
+                                   max_tokens=max_tokens, api_key=self._api_key)
+            return Job(request=remote, tag="compare", source=REMOTE)
+        local = GenerationRequest(
             prompt=meta["prompt"],
             draft_kind=meta["kind"] if run.condition == "on" else "none",
             draft_width=meta["width"],
             sampling=SamplingParams(temperature=0.0),
-            max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
+            max_tokens=max_tokens,
             allow_fallback=True,
         )
+        return Job(request=local, tag="compare")
 
     def _next(self) -> None:
         if self._stopping or self._step >= len(self._plan):
@@ -335,7 +335,7 @@ class CompareView(View):
             return
         run = self._plan[self._step]
         self._current = run
-        job = Job(request=self._request(run), tag="compare")
+        job = self._make_job(run)
         self._job = job
         what = "warm-up" if run.warmup else f"pair {run.repeat + 1}/{self._request_meta['pairs']}"
         self.progress.setFormat(f"{what}: {run.condition}  (%v/%m)")

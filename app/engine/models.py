@@ -13,6 +13,7 @@ import mlx.nn as nn
 
 from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
 from app.errors import ModelLoadError, technical_detail, user_message
+from app.fileio import JSON_LIMIT, read_regular_text, special_files
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -79,11 +80,14 @@ def validate_folder(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"No model folder at {path}.")
     if not path.is_dir():
         raise ModelLoadError(f"{path} is a file; a model is a folder with config.json.")
+    for name, kind in special_files(path)[:1]:  # mlx-lm would open it and wait forever
+        raise ModelLoadError(f"{name} in {path} is {kind}, not an ordinary file, so "
+                             "DraftPair does not load this folder.")
     cfg_path = path / "config.json"
     if not cfg_path.exists() and not cfg_path.is_symlink():
         raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint.")
     try:
-        config = json.loads(cfg_path.read_text())
+        config = json.loads(read_regular_text(cfg_path, limit=JSON_LIMIT))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(user_message(exc, file=cfg_path),
                              detail=technical_detail(exc)) from None

@@ -33,6 +33,10 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_job_ids))
     tag: str = ""  # who asked (chat, compare...): routing for the views
+    # when the person pressed Send (perf_counter): the reported time to first token counts
+    # from here, so it covers everything they waited for (queue, warm-up, prompt reading)
+    sent_at: float | None = None
+    first_token_at: float | None = None  # when the first token reached this thread
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,8 @@ class EngineWorker(QObject):
                 events = self._ensure_session().generate(job.request, cancel=job.cancel)
             for ev in events:
                 if isinstance(ev, TokenEvent):
+                    if job.first_token_at is None and (ev.token_id >= 0 or remote):
+                        job.first_token_at = time.perf_counter()
                     # a remote piece without a token id still is one streamed token
                     live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0 or remote)
                 elif isinstance(ev, RoundEvent):
@@ -189,7 +195,7 @@ class EngineWorker(QObject):
         if done is None:
             done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
         live.on_done()
-        self.job_finished.emit(job.id, done)
+        self.job_finished.emit(job.id, ttft_from_send(done, job))
 
     @Slot(object, object)
     def bench(self, config: Any, cancel: threading.Event) -> None:
@@ -217,6 +223,19 @@ class EngineWorker(QObject):
 
         release_mlx_streams()  # MLX does not free a thread's streams by itself
         QThread.currentThread().quit()
+
+
+def ttft_from_send(done: Any, job: Job) -> Any:
+    """``done`` with its time to first token counted from Send, when the job knows that moment
+    (never less than what the engine measured)."""
+    if job.sent_at is None or job.first_token_at is None:
+        return done
+    waited_ms = (job.first_token_at - job.sent_at) * 1e3
+    if waited_ms <= done.timings.ttft_ms:
+        return done
+    import dataclasses
+
+    return dataclasses.replace(done, timings=dataclasses.replace(done.timings, ttft_ms=waited_ms))
 
 
 def prefill_line(ev: Any) -> str:

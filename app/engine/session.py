@@ -25,9 +25,10 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app.engine import registry, rollback
+from app.engine import proposals, registry, rollback
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
@@ -38,24 +39,31 @@ from app.engine.events import (
     StatusEvent,
     Timings,
 )
+from app.engine.lease import Lease
+from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
 from app.engine.registry import DrafterContext
-from app.engine.reuse import Turn
-from app.engine.validation import validate
+from app.engine.reuse import ConversationLease
+from app.engine.taps import TapRequest
+from app.engine.validation import token_problem, validate
+from app.engine.width import PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
 class Session:
-    def __init__(self, *, precision: str = "auto"):
+    def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy):
+        """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
+        test passes ``FixedWidth`` to draft at every step)."""
         self.precision = precision
+        self.width_policy = width_policy
+        self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
         self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
         self._warm: set[tuple[str, int]] = set()
         self._costs: dict[tuple[str, int], dict[str, float]] = {}
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
-        self.dropped_turns = 0  # turns the last request left out to fit the context
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -75,6 +83,7 @@ class Session:
                 raise ModelLoadError(registry.not_supported("dflash") + ".")
             self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
             self._forget_warm("dflash")
+            self._tap_union = None
             return self.assets["dflash"]
         draft = load_model(resolve_model(name_or_path), precision=self.precision)
         problem = token_id_problem(self.target.path, draft.path)
@@ -87,6 +96,7 @@ class Session:
 
     def unload_draft(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.draft = None
         self.assets.pop("dflash", None)
         self._forget_warm("full-model")
@@ -97,6 +107,7 @@ class Session:
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.target = None
         self.draft = None
         self.assets.clear()
@@ -120,20 +131,34 @@ class Session:
         return limits.context_length(self.target.config,
                                       getattr(self.target.tokenizer, "model_max_length", None))
 
-    def encode(self, request: GenerationRequest) -> list[int]:
-        """The prompt's token ids; refuses (or, for chats, trims by the request's policy) a
-        prompt that does not fit the model's context, before any model work."""
+    def admit(self, request: GenerationRequest) -> limits.Admission:
+        """The one admission path (generate, the server, the bench): the prompt's token ids
+        and the context limit they were checked against. Refuses, with a plain sentence, an
+        empty prompt or one that does not fit the model's context (for chats, trims first by
+        the request's policy), before any model work."""
         assert self.target is not None
-        self.dropped_turns = 0
         limit = self.context_length()
+        dropped = 0
         if request.messages is not None and request.prompt_tokens is None:
-            tokens, self.dropped_turns = limits.fit_messages(
+            tokens, dropped = limits.fit_messages(
                 request.messages, lambda m: self._encode(request, m), limit,
                 policy=request.context_policy)
-            return tokens
-        tokens = self._encode(request, None)
-        limits.check(len(tokens), limit)
-        return tokens
+        else:
+            tokens = self._encode(request, None)
+            limits.check(len(tokens), limit)
+        if not tokens:
+            raise DraftPairError("The prompt is empty.")
+        problem = token_problem(tokens, self.target.embedding_rows)
+        if problem:  # MLX would read past the embedding table (garbage or a crash)
+            if request.prompt_tokens is None:  # the model's own tokenizer gave these ids
+                problem = (f"{self.target.name}'s tokenizer gives ids its embedding table "
+                           f"does not have ({problem})")
+            raise DraftPairError(f"This request cannot run: {problem}.")
+        return limits.Admission(tuple(tokens), limit, dropped)
+
+    def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids, admitted by ``admit``."""
+        return list(self.admit(request).tokens)
 
     def _encode(self, request: GenerationRequest, msgs: list[dict[str, str]] | None) -> list[int]:
         assert self.target is not None
@@ -149,7 +174,7 @@ class Session:
             if request.system_prompt and not any(m.get("role") == "system" for m in messages):
                 messages.insert(0, {"role": "system", "content": request.system_prompt})
             if getattr(tok, "chat_template", None):
-                return list(tok.apply_chat_template(messages, add_generation_prompt=True))
+                return chat_tokens(tok, messages, model=self.target.name, folder=self.target.path)
             text = "\n".join(m["content"] for m in messages)
             return list(tok.encode(text))
         if request.prompt is None:
@@ -176,18 +201,19 @@ class Session:
     ) -> Iterator[Event]:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
-        validate(req)  # every problem of the request, named, before any work
-        prompt = self.encode(req)
-        if not prompt:
-            raise DraftPairError("The prompt is empty.")
-        limit = self.context_length()
-        if limit is not None and len(prompt) + req.max_tokens > limit:
-            req = dataclasses.replace(req, max_tokens=limit - len(prompt))
+        # every problem of the request, named, before any work
+        validate(req, vocab_rows=self.target.embedding_rows)
+        admission = self.admit(req)
+        prompt = list(admission.tokens)
+        limit = admission.limit
+        room = admission.reply_room
+        if room is not None and req.max_tokens > room:
+            req = dataclasses.replace(req, max_tokens=room)
             yield NoticeEvent("context-full", f"The reply can be at most {req.max_tokens} tokens: "
                               "the model's context is full after that.")
-        if self.dropped_turns:
-            yield NoticeEvent("context-trimmed", f"The {self.dropped_turns} oldest messages were "
-                              "left out so the conversation fits the model's context.")
+        if admission.dropped_turns:
+            yield NoticeEvent("context-trimmed", f"The {admission.dropped_turns} oldest messages "
+                              "were left out so the conversation fits the model's context.")
         kind = req.draft_kind
         fallback: str | None = None
         ctx = self.context(req)
@@ -197,6 +223,9 @@ class Session:
             problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
+        if (reason is None and kind == "full-model" and self.draft is not None
+                and max(prompt) >= self.draft.embedding_rows):
+            reason = "the prompt holds token ids the draft model does not have"
         if reason is not None:
             if not req.allow_fallback:
                 raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")
@@ -215,23 +244,34 @@ class Session:
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
         rule = registry.rule_for(kind, req.sampling)
-        turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt,
-                    make_cache(self.target), drafter, width, req.conversation)
-        loop = RoundLoop(
-            target=self.target,
-            drafter=drafter,
-            prompt=prompt,
-            request=req,
-            rule=rule,
-            width=width,
-            cancel=cancel,
-            fallback=fallback,
-            verify_slope=verify_slope,
-            cache=turn.cache,
-            reused=turn.cache_n,
-            context=limit,
-        )
-        yield from turn.run(turn.prepare(loop))
+        source = proposals.for_drafter(drafter, rule=rule, width=width,
+                                       lookup=req.lookup_assist, policy=self.width_policy,
+                                       verify_slope=verify_slope)
+        fresh = make_cache(self.target)
+        lease = (ConversationLease(self.prompt_cache, self.target, prompt, fresh, drafter, width,
+                                   req.conversation, keep_taps=self._keep_taps(req))
+                 if req.reuse_cache else Lease(fresh))
+        loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
+                         cancel=cancel, lease=lease, fallback=fallback, context=limit)
+        yield from loop.run()
+
+    def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
+        """The target rows a kept conversation keeps: those of every drafter that reads the
+        target's hidden states and can run with what is loaded, so a later turn of that kind
+        rebuilds its drafter from them instead of reading the conversation again."""
+        if self._tap_union is None:
+            union_taps: TapRequest | None = None
+            ctx = self.context(req)
+            for kind in registry.KINDS:
+                if not registry.spec(kind).needs_taps or registry.unavailable(kind, ctx):
+                    continue
+                try:
+                    drafter = registry.make(kind, ctx)
+                except DraftPairError:
+                    continue
+                union_taps = lease_union(union_taps, drafter.taps if drafter else None)
+            self._tap_union = union_taps or TapRequest()
+        return None if self._tap_union.empty else self._tap_union
 
     def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
         """Run the target once at every verify width so first-use costs are not timed, and

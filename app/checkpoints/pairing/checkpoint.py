@@ -12,6 +12,7 @@ from app.checkpoints.inspect import (
 )
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 from app.checkpoints.rewind_rules import config_problem
+from app.fileio import special_files
 
 
 def as_info(x: str | Path | CheckpointInfo) -> CheckpointInfo:
@@ -36,6 +37,12 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
         return False
     if not p.is_dir():
         out.add(f"{role}.not_folder", BLOCKER, f"The {who} is a file, not a model folder.", str(p))
+        return False
+    special = special_files(p)
+    if special:
+        name, kind = special[0]
+        out.add(f"{role}.special_file", BLOCKER, f"{name} in the {who} folder is {kind}, not an "
+                "ordinary file, so DraftPair does not load this folder.", f"{p / name}: {kind}")
         return False
     if info.config is None:
         out.add(
@@ -162,9 +169,29 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
         out.add(
             "chat_template.target_missing",
             WARNING,
-            "The target has no chat template, so it can only continue plain text, not chat.",
+            "The target has no chat template (a base model): chat joins the turns as plain "
+            "text, and it continues text best.",
             "no chat_template in tokenizer_config.json / chat_template.jinja",
         )
+    elif t.chat_template:
+        refused = template_refusal(t)
+        if refused:
+            out.add("chat_template.refused", BLOCKER, refused, "the chat template was filled in "
+                    "with a sample conversation under the size, step and time limits")
+
+
+def template_refusal(t: CheckpointInfo) -> str | None:
+    """The plain sentence refusing the model's chat template (a mistake in it, or a sample
+    conversation that takes more than the limits), None when it fills in."""
+    from app.checkpoints.chat_prompt import template_source
+    from app.checkpoints.chat_template import check_template
+
+    tok = t.tokenizer
+    variables = {k: v for k, v in (("bos_token", tok and tok.bos_token),
+                                   ("eos_token", tok and tok.eos_token),
+                                   ("pad_token", tok and tok.pad_token)) if v}
+    return check_template(str(t.chat_template), model=t.path.name, variables=variables,
+                          source=template_source(t.path))
 
 
 def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:

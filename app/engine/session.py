@@ -28,7 +28,7 @@ import mlx.core as mx
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app.engine import registry, rollback
+from app.engine import proposals, registry, rollback
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
@@ -39,17 +39,25 @@ from app.engine.events import (
     StatusEvent,
     Timings,
 )
+from app.engine.lease import Lease
+from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
 from app.engine.registry import DrafterContext
-from app.engine.reuse import Turn
+from app.engine.reuse import ConversationLease
+from app.engine.taps import TapRequest
 from app.engine.validation import token_problem, validate
+from app.engine.width import PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
 class Session:
-    def __init__(self, *, precision: str = "auto"):
+    def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy):
+        """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
+        test passes ``FixedWidth`` to draft at every step)."""
         self.precision = precision
+        self.width_policy = width_policy
+        self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
         self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
@@ -75,6 +83,7 @@ class Session:
                 raise ModelLoadError(registry.not_supported("dflash") + ".")
             self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
             self._forget_warm("dflash")
+            self._tap_union = None
             return self.assets["dflash"]
         draft = load_model(resolve_model(name_or_path), precision=self.precision)
         problem = token_id_problem(self.target.path, draft.path)
@@ -87,6 +96,7 @@ class Session:
 
     def unload_draft(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.draft = None
         self.assets.pop("dflash", None)
         self._forget_warm("full-model")
@@ -97,6 +107,7 @@ class Session:
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.target = None
         self.draft = None
         self.assets.clear()
@@ -233,23 +244,34 @@ class Session:
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
         rule = registry.rule_for(kind, req.sampling)
-        turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt,
-                    make_cache(self.target), drafter, width, req.conversation)
-        loop = RoundLoop(
-            target=self.target,
-            drafter=drafter,
-            prompt=prompt,
-            request=req,
-            rule=rule,
-            width=width,
-            cancel=cancel,
-            fallback=fallback,
-            verify_slope=verify_slope,
-            cache=turn.cache,
-            reused=turn.cache_n,
-            context=limit,
-        )
-        yield from turn.run(turn.prepare(loop))
+        source = proposals.for_drafter(drafter, rule=rule, width=width,
+                                       lookup=req.lookup_assist, policy=self.width_policy,
+                                       verify_slope=verify_slope)
+        fresh = make_cache(self.target)
+        lease = (ConversationLease(self.prompt_cache, self.target, prompt, fresh, drafter, width,
+                                   req.conversation, keep_taps=self._keep_taps(req))
+                 if req.reuse_cache else Lease(fresh))
+        loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
+                         cancel=cancel, lease=lease, fallback=fallback, context=limit)
+        yield from loop.run()
+
+    def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
+        """The target rows a kept conversation keeps: those of every drafter that reads the
+        target's hidden states and can run with what is loaded, so a later turn of that kind
+        rebuilds its drafter from them instead of reading the conversation again."""
+        if self._tap_union is None:
+            union_taps: TapRequest | None = None
+            ctx = self.context(req)
+            for kind in registry.KINDS:
+                if not registry.spec(kind).needs_taps or registry.unavailable(kind, ctx):
+                    continue
+                try:
+                    drafter = registry.make(kind, ctx)
+                except DraftPairError:
+                    continue
+                union_taps = lease_union(union_taps, drafter.taps if drafter else None)
+            self._tap_union = union_taps or TapRequest()
+        return None if self._tap_union.empty else self._tap_union
 
     def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
         """Run the target once at every verify width so first-use costs are not timed, and

@@ -45,7 +45,7 @@ def make_window(qtbot, tmp_path, tiny_models):
     yield make
     for w in windows:
         w.close()
-        assert not w.client.thread.isRunning()
+        assert not w.client.engine_thread.isRunning()
         w.ctx.chat_store.close()
 
 
@@ -138,7 +138,7 @@ def test_close_while_generating_shuts_down_cleanly(qtbot, make_window, tmp_path)
     t0 = time.perf_counter()
     w.close()
     assert time.perf_counter() - t0 < 10
-    assert not w.client.thread.isRunning()
+    assert not w.client.engine_thread.isRunning()
     # the partial reply was saved, and a fresh store marks nothing as still streaming
     store = ChatStore(tmp_path / "chat.sqlite3")
     conv = store.conversations()[0]

@@ -309,10 +309,10 @@ class EngineClient(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self.thread = QThread()
-        self.thread.setObjectName("EngineWorker")
+        self.engine_thread = QThread()
+        self.engine_thread.setObjectName("EngineWorker")
         self.worker = EngineWorker()
-        self.worker.moveToThread(self.thread)
+        self.worker.moveToThread(self.engine_thread)
         self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
         self._unload_draft.connect(self.worker.unload_draft, Qt.ConnectionType.QueuedConnection)
         self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
@@ -333,7 +333,7 @@ class EngineClient(QObject):
         self.jobs: dict[int, Job] = {}
         self.state = ModelState()
         self.busy_loading = False
-        self.thread.start()
+        self.engine_thread.start()
 
     # commands
     def load(self, target: str, draft: str = "") -> None:
@@ -410,18 +410,18 @@ class EngineClient(QObject):
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
         """Cancel running jobs, free the session on its thread, join. True when joined."""
-        if not self.thread.isRunning():
+        if not self.engine_thread.isRunning():
             return True
         self.stop()
         if self.bench_cancel is not None:
             self.bench_cancel.set()
         self._shutdown.emit()
         deadline = time.monotonic() + timeout_s
-        while self.thread.isRunning() and time.monotonic() < deadline:
+        while self.engine_thread.isRunning() and time.monotonic() < deadline:
             self.stop()  # jobs queued behind the running one see their cancel flag at once
-            self.thread.wait(50)
-        ok = not self.thread.isRunning()
+            self.engine_thread.wait(50)
+        ok = not self.engine_thread.isRunning()
         if not ok:  # last resort: never leave the process hanging on exit
-            self.thread.terminate()
-            self.thread.wait(1000)
+            self.engine_thread.terminate()
+            self.engine_thread.wait(1000)
         return ok

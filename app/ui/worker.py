@@ -15,6 +15,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
@@ -56,12 +57,23 @@ class ModelState:
     draft: str | None = None
     draft_path: str | None = None
     precision: str = ""
-    target_bytes: int = 0
+    target_bytes: int = 0  # weights in memory
     draft_bytes: int = 0
+    target_disk_bytes: int = 0  # the checkpoint folder on disk (what the Models table shows)
+    draft_disk_bytes: int = 0
     kinds: dict[str, str | None] = field(default_factory=dict)  # kind -> None or reason
     load_seconds: float = 0.0
     has_chat_template: bool = True
     context_length: int | None = None  # tokens the target takes (prompt + reply)
+
+
+def _disk_bytes(path: Any) -> int:
+    from app.checkpoints.store import dir_size
+
+    try:
+        return dir_size(Path(path))
+    except OSError:
+        return 0
 
 
 class EngineWorker(QObject):
@@ -99,6 +111,8 @@ class EngineWorker(QObject):
             precision=t.precision,
             target_bytes=t.weight_bytes(),
             draft_bytes=d.weight_bytes() if d is not None else 0,
+            target_disk_bytes=_disk_bytes(t.path),
+            draft_disk_bytes=_disk_bytes(d.path) if d is not None else 0,
             kinds=dict(s.available_kinds()),
             load_seconds=t.load_seconds + (d.load_seconds if d is not None else 0.0),
             has_chat_template=bool(getattr(t.tokenizer, "chat_template", None)),

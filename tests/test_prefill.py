@@ -153,6 +153,27 @@ def test_drop_oldest_keeps_the_system_prompt_and_the_latest_turn(small_ctx):
     assert refused[-1].finish_reason == "error" and "drop the oldest" in refused[-1].error
 
 
+def test_admission_gives_the_tokens_and_the_limit_generate_uses(small_ctx):
+    s = Session()
+    s.load_target(small_ctx)
+    msgs = [{"role": "system", "content": "You fix typos."}]
+    for i in range(8):
+        msgs += [{"role": "user", "content": f"Turn {i}: " + LONG[:300]},
+                 {"role": "assistant", "content": f"Reply {i}: " + LONG[:200]}]
+    msgs.append({"role": "user", "content": "Last question?"})
+    req = GenerationRequest(messages=tuple(msgs), max_tokens=4, context_policy="drop-oldest")
+    admitted = s.admit(req)
+    assert admitted.limit == 512 and admitted.dropped_turns > 0
+    assert admitted.reply_room == 512 - len(admitted.tokens) > 0
+    assert s.encode(req) == list(admitted.tokens)
+    done = list(s.generate(req))[-1]
+    assert done.timings.prompt_n == len(admitted.tokens)
+    with pytest.raises(DraftPairError, match="512"):
+        s.admit(GenerationRequest(prompt=LONG, chat=False))
+    with pytest.raises(DraftPairError, match="empty"):
+        s.admit(GenerationRequest(prompt_tokens=()))
+
+
 def test_context_length_from_configs():
     assert context.context_length({"max_position_embeddings": 8192}) == 8192
     nested = {"model_type": "qwen3_5", "text_config": {"max_position_embeddings": 262144}}

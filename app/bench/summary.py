@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app.bench.measure import paired_speedup
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
-from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, paired_speedup, verdict
+from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, verdict
 
 # (name, what, baseline condition, compared condition, task kinds or None for all, target)
 GOALS = (

@@ -81,6 +81,7 @@ class StoreEntry:
 
     kind = property(lambda self: self.info.kind)
     kind_label = property(lambda self: self.info.kind_label)
+    kind_explain = property(lambda self: self.info.kind_explain)
     param_count = property(lambda self: self.info.param_count)
     dtype = property(lambda self: self.info.dtype)
     quantization = property(lambda self: self.info.quantization)

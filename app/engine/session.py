@@ -25,6 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
 from app.engine import registry, rollback
@@ -69,7 +70,6 @@ class Session:
         self.calibration: Calibration | None = None  # the loaded target's, once read/measured
         self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
-        self.dropped_turns = 0  # turns the last request left out to fit the context
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -129,20 +129,28 @@ class Session:
         return limits.context_length(self.target.config,
                                       getattr(self.target.tokenizer, "model_max_length", None))
 
-    def encode(self, request: GenerationRequest) -> list[int]:
-        """The prompt's token ids; refuses (or, for chats, trims by the request's policy) a
-        prompt that does not fit the model's context, before any model work."""
+    def admit(self, request: GenerationRequest) -> limits.Admission:
+        """The one admission path (generate, the server, the bench): the prompt's token ids
+        and the context limit they were checked against. Refuses, with a plain sentence, an
+        empty prompt or one that does not fit the model's context (for chats, trims first by
+        the request's policy), before any model work."""
         assert self.target is not None
-        self.dropped_turns = 0
         limit = self.context_length()
+        dropped = 0
         if request.messages is not None and request.prompt_tokens is None:
-            tokens, self.dropped_turns = limits.fit_messages(
+            tokens, dropped = limits.fit_messages(
                 request.messages, lambda m: self._encode(request, m), limit,
                 policy=request.context_policy)
-            return tokens
-        tokens = self._encode(request, None)
-        limits.check(len(tokens), limit)
-        return tokens
+        else:
+            tokens = self._encode(request, None)
+            limits.check(len(tokens), limit)
+        if not tokens:
+            raise DraftPairError("The prompt is empty.")
+        return limits.Admission(tuple(tokens), limit, dropped)
+
+    def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids, admitted by ``admit``."""
+        return list(self.admit(request).tokens)
 
     def _encode(self, request: GenerationRequest, msgs: list[dict[str, str]] | None) -> list[int]:
         assert self.target is not None
@@ -158,7 +166,7 @@ class Session:
             if request.system_prompt and not any(m.get("role") == "system" for m in messages):
                 messages.insert(0, {"role": "system", "content": request.system_prompt})
             if getattr(tok, "chat_template", None):
-                return list(tok.apply_chat_template(messages, add_generation_prompt=True))
+                return chat_tokens(tok, messages, model=self.target.name, folder=self.target.path)
             text = "\n".join(m["content"] for m in messages)
             return list(tok.encode(text))
         if request.prompt is None:
@@ -188,17 +196,17 @@ class Session:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
         validate(req)  # every problem of the request, named, before any work
-        prompt = self.encode(req)
-        if not prompt:
-            raise DraftPairError("The prompt is empty.")
-        limit = self.context_length()
-        if limit is not None and len(prompt) + req.max_tokens > limit:
-            req = dataclasses.replace(req, max_tokens=limit - len(prompt))
+        admission = self.admit(req)
+        prompt = list(admission.tokens)
+        limit = admission.limit
+        room = admission.reply_room
+        if room is not None and req.max_tokens > room:
+            req = dataclasses.replace(req, max_tokens=room)
             yield NoticeEvent("context-full", f"The reply can be at most {req.max_tokens} tokens: "
                               "the model's context is full after that.")
-        if self.dropped_turns:
-            yield NoticeEvent("context-trimmed", f"The {self.dropped_turns} oldest messages were "
-                              "left out so the conversation fits the model's context.")
+        if admission.dropped_turns:
+            yield NoticeEvent("context-trimmed", f"The {admission.dropped_turns} oldest messages "
+                              "were left out so the conversation fits the model's context.")
         kind = req.draft_kind
         fallback: str | None = None
         ctx = self.context(req)

@@ -198,7 +198,6 @@ class EngineThread:
         default = self.default_kind or ("full-model" if session.draft is not None else "none")
         if default != "none" and kinds.get(default):
             raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default].rstrip('.')}.")
-        ctx = target.config.get("max_position_embeddings")
         self.info = ModelInfo(
             id=self.model_id or target.name,
             target=target.name,
@@ -208,7 +207,7 @@ class EngineThread:
             kinds=kinds,
             default_kind=default,
             default_width=self.default_width,
-            context_length=int(ctx) if isinstance(ctx, int) and ctx > 0 else None,
+            context_length=session.context_length(),  # the limit ``Session.admit`` checks
             created=int(time.time()),
         )
         return session
@@ -223,26 +222,22 @@ class EngineThread:
             job.emit(DoneEvent("", (), "cancelled", Timings(draft_kind=req.draft_kind)))
             return
         try:
-            prompt = session.encode(req)
+            admission = session.admit(req)  # the limit and the tokens generate will use
         except Exception as exc:
             self._reject(job, RequestError(400, user_message(exc), param="messages"), queued_ms)
             return
-        ctx = self.info.context_length if self.info is not None else None
-        if not prompt:
-            self._reject(job, RequestError(400, "The prompt is empty.", param="messages"),
-                         queued_ms)
-            return
-        if ctx is not None and job.fit_context and len(prompt) < ctx:
-            req = replace(req, max_tokens=min(req.max_tokens, ctx - len(prompt)))
-        if ctx is not None and len(prompt) + req.max_tokens > ctx:
-            msg = (f"This model's context is {ctx} tokens; the prompt has {len(prompt)} and "
-                   f"max_tokens asks for {req.max_tokens} more. Shorten the prompt or lower "
-                   "max_tokens.")
+        room, limit = admission.reply_room, admission.limit
+        if room is not None and job.fit_context:
+            req = replace(req, max_tokens=min(req.max_tokens, room))
+        if room is not None and req.max_tokens > room:
+            msg = (f"This model's context is {limit} tokens; the prompt has "
+                   f"{len(admission.tokens)} and max_tokens asks for {req.max_tokens} more. "
+                   "Shorten the prompt or lower max_tokens.")
             self._reject(job, RequestError(400, msg, code="context_length_exceeded",
                                            param="max_tokens"), queued_ms)
             return
-        # the tokens encoded above are the prompt (a request holds exactly one form of it)
-        request = replace(req, prompt_tokens=tuple(prompt), prompt=None, messages=None,
+        # the admitted tokens are the prompt (a request holds exactly one form of it)
+        request = replace(req, prompt_tokens=admission.tokens, prompt=None, messages=None,
                           memory_interval_s=3600.0)
         done = None
         try:

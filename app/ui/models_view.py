@@ -241,6 +241,8 @@ class ModelsView(View):
                 if col == 1 and e.unsupported_reason:
                     item.setForeground(QBrush(QColor(c.bad)))
                     item.setToolTip(e.unsupported_reason)
+                elif col == 1:
+                    item.setToolTip(f"{e.kind_explain}\n(kind: {e.kind})")
                 if col == 0:
                     item.setToolTip(str(e.path))
                 if col == 5 and origin:
@@ -283,7 +285,9 @@ class ModelsView(View):
         e = self._entry(self.selected_name())
         if e is None:
             return
-        if e.kind not in ("chat", "mtp-target"):
+        from app.checkpoints.inspect import TARGET_KINDS
+
+        if e.kind not in TARGET_KINDS:
             self.pairing.show_not_a_target(e)
             return
         self.show_pairing(e)

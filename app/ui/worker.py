@@ -19,20 +19,28 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from app.remote.results import RemoteDone
 from app.ui.live import LiveRun
 
 _job_ids = itertools.count(1)
+ENGINE = "engine"  # the loaded Session: a GenerationRequest, ending in a DoneEvent
+REMOTE = "remote"  # an OpenAI-compatible endpoint: a RemoteRequest, ending in a RemoteDone
 
 
 @dataclass
 class Job:
     """One generate request on its way to the worker."""
 
-    request: Any  # app.engine.events.GenerationRequest, or app.remote.client.RemoteRequest
+    request: Any  # GenerationRequest (source ENGINE) or app.remote.client.RemoteRequest (REMOTE)
     live: LiveRun = field(default_factory=LiveRun)
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_job_ids))
     tag: str = ""  # who asked (chat, compare...): routing for the views
+    source: str = ENGINE  # where the job's events come from: ENGINE or REMOTE
+
+    def __post_init__(self) -> None:
+        if self.source not in (ENGINE, REMOTE):
+            raise ValueError(f"unknown event source {self.source!r}")
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class EngineWorker(QObject):
     job_started = Signal(int)
     job_status = Signal(int, str, str)  # job id, stage, message
     job_notice = Signal(int, str, str)  # job id, code, message
-    job_finished = Signal(int, object)  # job id, DoneEvent
+    job_finished = Signal(int, object)  # job id, DoneEvent (ENGINE) or RemoteDone (REMOTE)
     bench_progress = Signal(object)  # app.bench Progress
     bench_finished = Signal(object, str)  # BenchReport or None, error message
 
@@ -134,7 +142,6 @@ class EngineWorker(QObject):
             PrefillEvent,
             RoundEvent,
             StatusEvent,
-            Timings,
             TokenEvent,
         )
         from app.errors import user_message
@@ -145,7 +152,8 @@ class EngineWorker(QObject):
         try:
             if job.cancel.is_set():
                 raise _Cancelled
-            remote = _is_remote(job.request)
+            remote = job.source == REMOTE
+            events: Any
             if remote:  # an endpoint's stream, read on this thread like a local run
                 from app.remote.client import stream_remote
 
@@ -177,17 +185,14 @@ class EngineWorker(QObject):
                     self.job_status.emit(job.id, ev.stage, ev.message)
                 elif isinstance(ev, NoticeEvent):
                     self.job_notice.emit(job.id, ev.code, ev.message)
-                elif isinstance(ev, DoneEvent):
+                elif isinstance(ev, DoneEvent | RemoteDone):
                     done = ev
         except _Cancelled:
-            done = DoneEvent("", (), "cancelled", Timings(draft_kind=job.request.draft_kind))
+            done = _ended(job, "cancelled")
         except Exception as exc:  # the engine should not raise; never lose the thread if it does
-            done = DoneEvent(
-                "", (), "error", Timings(draft_kind=job.request.draft_kind),
-                error=user_message(exc),
-            )
+            done = _ended(job, "error", user_message(exc))
         if done is None:
-            done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
+            done = _ended(job, "error", "The engine ended without a result.")
         live.on_done()
         self.job_finished.emit(job.id, done)
 
@@ -229,8 +234,16 @@ class _Cancelled(Exception):
     pass
 
 
-def _is_remote(request: Any) -> bool:
-    return type(request).__name__ == "RemoteRequest"  # no import: app.remote loads lazily
+def _ended(job: Job, finish_reason: str, error: str | None = None) -> Any:
+    """The end of a job that produced none itself, of its source's type."""
+    if job.source == REMOTE:
+        from app.remote.client import ended
+
+        return ended(job.request, finish_reason, error)
+    from app.engine.events import DoneEvent, Timings
+
+    return DoneEvent("", (), finish_reason, Timings(draft_kind=job.request.draft_kind),
+                     error=error)
 
 
 def _short(name: str) -> str:

@@ -162,9 +162,29 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
         out.add(
             "chat_template.target_missing",
             WARNING,
-            "The target has no chat template, so it can only continue plain text, not chat.",
+            "The target has no chat template (a base model): chat joins the turns as plain "
+            "text, and it continues text best.",
             "no chat_template in tokenizer_config.json / chat_template.jinja",
         )
+    elif t.chat_template:
+        refused = template_refusal(t)
+        if refused:
+            out.add("chat_template.refused", BLOCKER, refused, "the chat template was filled in "
+                    "with a sample conversation under the size, step and time limits")
+
+
+def template_refusal(t: CheckpointInfo) -> str | None:
+    """The plain sentence refusing the model's chat template (a mistake in it, or a sample
+    conversation that takes more than the limits), None when it fills in."""
+    from app.checkpoints.chat_prompt import template_source
+    from app.checkpoints.chat_template import check_template
+
+    tok = t.tokenizer
+    variables = {k: v for k, v in (("bos_token", tok and tok.bos_token),
+                                   ("eos_token", tok and tok.eos_token),
+                                   ("pad_token", tok and tok.pad_token)) if v}
+    return check_template(str(t.chat_template), model=t.path.name, variables=variables,
+                          source=template_source(t.path))
 
 
 def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:

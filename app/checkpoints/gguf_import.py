@@ -43,7 +43,7 @@ from app.checkpoints.gguf_arch import (
     mlx_config,
     tensor_plan,
 )
-from app.checkpoints.gguf_header import GGUFHeaderError, is_gguf, split_files
+from app.checkpoints.gguf_header import GGUFHeaderError, is_gguf, read_header, split_files
 from app.checkpoints.gguf_tokenizer import GGUFTokenizerError, build_tokenizer_files
 from app.errors import DraftPairError
 
@@ -95,11 +95,15 @@ def _open(files: list[Path]):
 
     readers = []
     for f in files:
+        try:  # every count and tensor bounded by the file's size before gguf reads it
+            read_header(f, tensors=True)
+        except GGUFHeaderError as exc:
+            raise GGUFImportError(str(exc)) from None
         try:
             readers.append(GGUFReader(f))
-        except Exception as exc:  # noqa: BLE001 - a damaged file is one plain line
+        except Exception:  # noqa: BLE001 - a damaged file is one plain line
             raise GGUFImportError(
-                f"{f.name} cannot be read as GGUF ({type(exc).__name__}); is it complete?"
+                f"{f.name} cannot be read as GGUF: it is damaged or incomplete."
             ) from None
     meta = {
         k: fld.contents()
@@ -255,10 +259,14 @@ def convert_gguf(
         plan = tensor_plan(arch, config)
     except GGUFArchError as exc:
         raise GGUFImportError(str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
+    except KeyError as exc:
         raise GGUFImportError(
-            f"The file's {arch} settings are incomplete ({type(exc).__name__}: {exc})."
-        ) from None
+            f"The file's {arch or 'model'} settings are incomplete: {exc.args[0] if exc.args else '?'}"
+            " is missing.") from None
+    except (TypeError, ValueError, IndexError, ArithmeticError, AttributeError):
+        raise GGUFImportError(
+            f"The file's {arch or 'model'} settings are damaged: a value is missing, out of range "
+            "or of the wrong kind.") from None
 
     skipped = [n for n in tensors if CONFIG_TENSORS.match(n)]
     if arch.startswith("gemma"):

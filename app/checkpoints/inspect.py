@@ -24,6 +24,7 @@ from typing import Any
 
 from app.checkpoints.safetensors_header import WeightsSummary, layer_index, summarize_weights
 from app.checkpoints.tokenizer_files import TokenizerInfo, read_chat_template, read_tokenizer
+from app.fileio import JSON_LIMIT, read_regular_text
 
 KIND_CHAT = "chat"
 KIND_BASE = "base"  # no chat template: chats as plain text, and can draft where it pairs
@@ -61,7 +62,7 @@ MTP_FAMILIES = {"qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3", "glm4_moe
 def read_json_file(path: Path) -> tuple[Any, str | None]:
     """(data, plain error or None)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8")), None
+        return json.loads(read_regular_text(path, limit=JSON_LIMIT)), None
     except FileNotFoundError:
         return None, f"{path.name} is missing."
     except UnicodeDecodeError:

@@ -28,7 +28,7 @@ import mlx.core as mx
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app.engine import registry, rollback
+from app.engine import proposals, registry, rollback
 from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
 from app.engine.calibration_measure import (
     BUDGET_S,
@@ -48,20 +48,27 @@ from app.engine.events import (
     StatusEvent,
     Timings,
 )
+from app.engine.lease import Lease
+from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
 from app.engine.registry import DrafterContext
-from app.engine.reuse import Turn
-from app.engine.validation import validate
-from app.engine.width import DEFAULT_VERIFY_SLOPE
+from app.engine.reuse import ConversationLease
+from app.engine.taps import TapRequest
+from app.engine.validation import token_problem, validate
+from app.engine.width import DEFAULT_VERIFY_SLOPE, PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
 class Session:
-    def __init__(self, *, precision: str = "auto", calibrations: CalibrationStore | None = None):
-        """``calibrations``: where this machine's speed tables are kept (default: the user
-        data folder)."""
+    def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy,
+                 calibrations: CalibrationStore | None = None):
+        """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
+        test passes ``FixedWidth`` to draft at every step). ``calibrations``: where this
+        machine's speed tables are kept (default: the user data folder)."""
         self.precision = precision
+        self.width_policy = width_policy
+        self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
         self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
@@ -90,6 +97,7 @@ class Session:
             if mod is None:
                 raise ModelLoadError(registry.not_supported("dflash") + ".")
             self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
+            self._tap_union = None
             return self.assets["dflash"]
         draft = load_model(resolve_model(name_or_path), precision=self.precision)
         problem = token_id_problem(self.target.path, draft.path)
@@ -101,11 +109,13 @@ class Session:
 
     def unload_draft(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.draft = None
         self.assets.pop("dflash", None)
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.target = None
         self.draft = None
         self.assets.clear()
@@ -146,6 +156,12 @@ class Session:
             limits.check(len(tokens), limit)
         if not tokens:
             raise DraftPairError("The prompt is empty.")
+        problem = token_problem(tokens, self.target.embedding_rows)
+        if problem:  # MLX would read past the embedding table (garbage or a crash)
+            if request.prompt_tokens is None:  # the model's own tokenizer gave these ids
+                problem = (f"{self.target.name}'s tokenizer gives ids its embedding table "
+                           f"does not have ({problem})")
+            raise DraftPairError(f"This request cannot run: {problem}.")
         return limits.Admission(tuple(tokens), limit, dropped)
 
     def encode(self, request: GenerationRequest) -> list[int]:
@@ -195,7 +211,8 @@ class Session:
     ) -> Iterator[Event]:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
-        validate(req)  # every problem of the request, named, before any work
+        # every problem of the request, named, before any work
+        validate(req, vocab_rows=self.target.embedding_rows)
         admission = self.admit(req)
         prompt = list(admission.tokens)
         limit = admission.limit
@@ -216,6 +233,9 @@ class Session:
             problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
+        if (reason is None and kind == "full-model" and self.draft is not None
+                and max(prompt) >= self.draft.embedding_rows):
+            reason = "the prompt holds token ids the draft model does not have"
         if reason is not None:
             if not req.allow_fallback:
                 raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")
@@ -233,27 +253,38 @@ class Session:
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
         rule = registry.rule_for(kind, req.sampling)
-        turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt,
-                    make_cache(self.target), drafter, width, req.conversation)
-        loop = RoundLoop(
-            target=self.target,
-            drafter=drafter,
-            prompt=prompt,
-            request=req,
-            rule=rule,
-            width=width,
-            cancel=cancel,
-            fallback=fallback,
-            verify_slope=verify_slope,
-            cache=turn.cache,
-            reused=turn.cache_n,
-            context=limit,
-        )
-        for ev in turn.run(turn.prepare(loop)):
+        source = proposals.for_drafter(drafter, rule=rule, width=width,
+                                       lookup=req.lookup_assist, policy=self.width_policy,
+                                       verify_slope=verify_slope)
+        fresh = make_cache(self.target)
+        lease = (ConversationLease(self.prompt_cache, self.target, prompt, fresh, drafter, width,
+                                   req.conversation, keep_taps=self._keep_taps(req))
+                 if req.reuse_cache else Lease(fresh))
+        loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
+                         cancel=cancel, lease=lease, fallback=fallback, context=limit)
+        for ev in loop.run():
             if isinstance(ev, DoneEvent) and warmup_ms:
                 ev = dataclasses.replace(
                     ev, timings=dataclasses.replace(ev.timings, warmup_ms=round(warmup_ms, 1)))
             yield ev
+
+    def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
+        """The target rows a kept conversation keeps: those of every drafter that reads the
+        target's hidden states and can run with what is loaded, so a later turn of that kind
+        rebuilds its drafter from them instead of reading the conversation again."""
+        if self._tap_union is None:
+            union_taps: TapRequest | None = None
+            ctx = self.context(req)
+            for kind in registry.KINDS:
+                if not registry.spec(kind).needs_taps or registry.unavailable(kind, ctx):
+                    continue
+                try:
+                    drafter = registry.make(kind, ctx)
+                except DraftPairError:
+                    continue
+                union_taps = lease_union(union_taps, drafter.taps if drafter else None)
+            self._tap_union = union_taps or TapRequest()
+        return None if self._tap_union.empty else self._tap_union
 
     def _warmup(
         self, kind: str, drafter: Drafter, width: int, *, context: int,

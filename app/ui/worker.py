@@ -37,6 +37,10 @@ class Job:
     id: int = field(default_factory=lambda: next(_job_ids))
     tag: str = ""  # who asked (chat, compare...): routing for the views
     source: str = ENGINE  # where the job's events come from: ENGINE or REMOTE
+    # when the person pressed Send (perf_counter): the reported time to first token counts
+    # from here, so it covers everything they waited for (queue, warm-up, prompt reading)
+    sent_at: float | None = None
+    first_token_at: float | None = None  # when the first token reached this thread
 
     def __post_init__(self) -> None:
         if self.source not in (ENGINE, REMOTE):
@@ -162,6 +166,8 @@ class EngineWorker(QObject):
                 events = self._ensure_session().generate(job.request, cancel=job.cancel)
             for ev in events:
                 if isinstance(ev, TokenEvent):
+                    if job.first_token_at is None and (ev.token_id >= 0 or remote):
+                        job.first_token_at = time.perf_counter()
                     # a remote piece without a token id still is one streamed token
                     live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0 or remote)
                 elif isinstance(ev, RoundEvent):
@@ -194,7 +200,7 @@ class EngineWorker(QObject):
         if done is None:
             done = _ended(job, "error", "The engine ended without a result.")
         live.on_done()
-        self.job_finished.emit(job.id, done)
+        self.job_finished.emit(job.id, ttft_from_send(done, job))
 
     @Slot(object, object)
     def bench(self, config: Any, cancel: threading.Event) -> None:
@@ -222,6 +228,19 @@ class EngineWorker(QObject):
 
         release_mlx_streams()  # MLX does not free a thread's streams by itself
         QThread.currentThread().quit()
+
+
+def ttft_from_send(done: Any, job: Job) -> Any:
+    """``done`` with its time to first token counted from Send, when the job knows that moment
+    (never less than what the engine measured)."""
+    if job.sent_at is None or job.first_token_at is None:
+        return done
+    waited_ms = (job.first_token_at - job.sent_at) * 1e3
+    if waited_ms <= (getattr(done.timings, "ttft_ms", None) or 0.0):
+        return done
+    import dataclasses
+
+    return dataclasses.replace(done, timings=dataclasses.replace(done.timings, ttft_ms=waited_ms))
 
 
 def prefill_line(ev: Any) -> str:

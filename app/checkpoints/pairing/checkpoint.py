@@ -12,6 +12,7 @@ from app.checkpoints.inspect import (
 )
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 from app.checkpoints.rewind_rules import config_problem
+from app.fileio import special_files
 
 
 def as_info(x: str | Path | CheckpointInfo) -> CheckpointInfo:
@@ -36,6 +37,12 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
         return False
     if not p.is_dir():
         out.add(f"{role}.not_folder", BLOCKER, f"The {who} is a file, not a model folder.", str(p))
+        return False
+    special = special_files(p)
+    if special:
+        name, kind = special[0]
+        out.add(f"{role}.special_file", BLOCKER, f"{name} in the {who} folder is {kind}, not an "
+                "ordinary file, so DraftPair does not load this folder.", f"{p / name}: {kind}")
         return False
     if info.config is None:
         out.add(

@@ -32,6 +32,7 @@ from typing import Any
 from app.checkpoints.pairing.report import BLOCKER, NOTE, Finding
 from app.checkpoints.safetensors_header import PICKLE_SUFFIXES, HeaderError, read_header
 from app.errors import DraftPairError, technical_detail, user_message
+from app.fileio import JSON_LIMIT, read_regular_text, special_files
 
 _DTYPES = {
     "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
@@ -175,6 +176,10 @@ def _folder_ok(p: Path, out: _Out) -> bool:
     except OSError as exc:
         out.add("folder_unreadable", BLOCKER, user_message(exc, file=p), technical_detail(exc))
         return False
+    for name, kind in special_files(p)[:1]:  # reading it could wait forever, or never end
+        out.add("special_file", BLOCKER, f"{name} in {p} is {kind}, not an ordinary file, "
+                "so DraftPair does not load this folder.", f"{name}: {kind}")
+        return False
     return True
 
 
@@ -313,7 +318,7 @@ def _quant_config_fallbacks(p: Path, config: dict) -> None:
     if "quantization_config" not in config and (p / "hf_quant_config.json").exists():
         try:
             config["quantization_config"] = json.loads(
-                (p / "hf_quant_config.json").read_text(encoding="utf-8"))
+                read_regular_text(p / "hf_quant_config.json", limit=JSON_LIMIT))
         except (OSError, ValueError):
             pass
 

@@ -287,8 +287,10 @@ def _import_progress():
 
 
 def _json_progress(p) -> None:
-    print(json.dumps({"message": p.message, "done": p.done, "total": p.total}), file=sys.stderr,
-          flush=True)  # fmt: skip
+    line = {"message": p.message, "done": p.done, "total": p.total}
+    if getattr(p, "plan", False):
+        line["plan"] = True
+    print(json.dumps(line), file=sys.stderr, flush=True)
 
 
 def _import_gguf(args: argparse.Namespace, path, found=None) -> int:

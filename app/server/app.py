@@ -69,6 +69,7 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
                 "target": info.target, "draft": info.draft, "default_kind": info.default_kind,
                 "default_width": info.default_width, "context_length": info.context_length,
                 "draft_kinds": {k: (r is None) for k, r in info.kinds.items()},
+                "vocab_size": info.vocab_rows,  # prompt token ids run 0 .. vocab_size-1
                 "max_tokens_cap": limits.max_tokens_cap,
             },
         }

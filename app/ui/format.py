@@ -8,6 +8,23 @@ from app.kinds import LABELS
 from app.units import format_bytes, format_params  # noqa: F401 - re-exported for the views
 
 KIND_LABELS = LABELS
+KIND_EXPLAIN = {  # one line each, for the pickers' tooltips (the technical name follows it)
+    "none": "Plain decoding: the model writes one token at a time.",
+    "prompt-lookup": "Guesses the next words by copying what followed the same words earlier "
+                     "in the chat; best when the reply repeats the text.",
+    "full-model": "A small model with the same vocabulary guesses a few tokens; the large one "
+                  "checks them all at once.",
+    "mtp": "An extra layer trained with the model predicts the tokens after the next one; "
+           "no separate draft model.",
+    "dflash": "A small drafter made for this model guesses a whole block of tokens in one "
+              "step, reading the model's own state.",
+}
+
+
+def kind_tooltip(kind: str) -> str:
+    """The one-line explanation, then the technical name the CLI and reports use."""
+    explain = KIND_EXPLAIN.get(kind, "")
+    return f"{explain}\n(technical name: {kind})" if explain else kind
 
 FINISH_LABELS = {
     "stop": "end of reply",

@@ -156,7 +156,7 @@ class ChatView(View):
 
         add_shortcut(self, "Ctrl+Return", self.send)
         add_shortcut(self, "Ctrl+Enter", self.send)
-        add_shortcut(self, Qt.Key.Key_Escape, self.stop)
+        add_shortcut(self, Qt.Key.Key_Escape, self._on_escape)  # stop a reply, or leave an edit
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"draftpair: error: {exc}", file=sys.stderr)
         if verbose and (exc.detail or exc.__context__ is not None):
-            detail = exc.detail or technical_detail(exc.__context__)
+            cause = exc.__context__
+            detail = exc.detail or (technical_detail(cause) if cause is not None else "")
             print(f"draftpair: details: {detail}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:

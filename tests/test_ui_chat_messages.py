@@ -162,6 +162,8 @@ def test_time_to_first_token_counts_from_send(qtbot, tmp_path, tiny_models, monk
             yield ev
 
     monkeypatch.setattr(Session, "generate", timed)
+    # a data folder of its own: no speed measured by an earlier test is kept, so it warms up
+    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "user-data"))
     w = open_window(qtbot, tmp_path, tiny_models.target)
     try:
         with qtbot.waitSignal(w.client.model_state, timeout=TIMEOUT):
@@ -186,7 +188,8 @@ def test_time_to_first_token_counts_from_send(qtbot, tmp_path, tiny_models, monk
         # the warm-up and the prompt reading were shown in plain words
         from app.ui.format import KIND_LABELS
 
-        assert any(s.startswith(f"Getting {KIND_LABELS['full-model']} ready") for s in shown), shown
+        label = KIND_LABELS["full-model"]
+        assert any(s.startswith(f"Measuring this computer's speed for {label}") for s in shown), shown
         assert any(s.startswith("Reading the prompt") for s in shown), shown
         assert not any("verify" in s or "widths" in s for s in shown)
     finally:
@@ -216,5 +219,6 @@ def test_the_stats_line_says_read_and_reused_and_failed_turns_show_no_zeros():
     for line in (stopped,):
         assert "tok/s" not in line and "TTFT" not in line and "accepted 0/0" not in line
     words = status_words("warmup", "preparing verify widths 1..17", "dflash")
-    assert words == f"Getting {KIND_LABELS['dflash']} ready (first use with this model)…"
+    assert words == (f"Measuring this computer's speed for {KIND_LABELS['dflash']} "
+                     "(only the first time)…")
     assert status_words("warmup", "3/17", "mtp").endswith(": step 3 of 17…")

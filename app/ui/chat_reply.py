@@ -51,9 +51,8 @@ class ReplyStream:
         assert v.conv_id is not None
         sent_at = time.perf_counter()  # Send: the time to first token counts from here
         request = v.build_request()
-        if "submitted_at" in {f.name for f in dataclasses.fields(request)}:
-            # an engine that takes the submission time counts the time to first token itself
-            request = dataclasses.replace(request, submitted_at=sent_at)
+        # the engine counts the time to first token from Send itself (warm-up and queue included)
+        request = dataclasses.replace(request, submitted_at=sent_at)
         self.segments, self.notices = [], []
         self.user_id = user_id
         self.reply_id = v.store.add_message(v.conv_id, "assistant", "", status="streaming")

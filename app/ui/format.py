@@ -116,7 +116,7 @@ def status_words(stage: str, message: str, kind: str = "none") -> str:
     ("3/17", "3 of 17", "40%") is kept from them."""
     if stage == "warmup":
         label = KIND_LABELS.get(kind, kind) if kind != "none" else "speculation"
-        text = f"Getting {label} ready (first use with this model)"
+        text = f"Measuring this computer's speed for {label} (only the first time)"
         progress = warmup_progress(message)
         return text + (f": {progress}" if progress else "") + "…"
     words = STAGE_WORDS.get(stage, stage[:1].upper() + stage[1:])

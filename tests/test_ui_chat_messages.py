@@ -8,14 +8,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QTextCursor  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from tests.ui_window import TIMEOUT, close_window, open_window  # noqa: E402
+from app.ui.chat_store import ChatStore
+from tests.ui_window import TIMEOUT, close_window, open_window
 
 
 @pytest.fixture

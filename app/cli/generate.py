@@ -137,15 +137,19 @@ def run(args: argparse.Namespace) -> int:
             session.load_draft(draft)  # a DFlash folder or a small model
     except DraftPairError as exc:
         raise CliError(str(exc), detail=exc.detail) from None
-    done = None
+    done, told = None, False
     for ev in session.generate(request):
         if isinstance(ev, TokenEvent) and not args.json:
             sys.stdout.write(ev.text)
             sys.stdout.flush()
         elif isinstance(ev, PrefillEvent) and args.verbose:
             _progress(ev)
-        elif isinstance(ev, StatusEvent) and ev.stage == "warmup" and args.verbose:
-            _line(ev.message, done=ev.progress in (None, 1.0))
+        elif isinstance(ev, StatusEvent) and ev.stage == "warmup":
+            if args.verbose:
+                _line(ev.message, done=ev.progress in (None, 1.0))
+            elif not told:  # a wait of seconds is never silent; -v shows its progress
+                told = True
+                print(f"draftpair: note: {ev.message.split(' (')[0]}.", file=sys.stderr)
         elif isinstance(ev, NoticeEvent):
             print(f"draftpair: note: {ev.message}", file=sys.stderr)
         elif isinstance(ev, DoneEvent):

@@ -145,7 +145,8 @@ def _run(argv: list[str], wants_json: bool) -> int:
     except CliError as exc:
         _report(str(exc), exc.code, wants_json)
         if verbose and (exc.detail or exc.__context__ is not None):
-            detail = exc.detail or technical_detail(exc.__context__)
+            cause = exc.__context__
+            detail = exc.detail or (technical_detail(cause) if cause is not None else "")
             print(f"draftpair: details: {detail}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:

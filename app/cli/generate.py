@@ -158,15 +158,19 @@ def _stream(session: Session, request, args: argparse.Namespace, cancel: threadi
     """Prints the reply as it streams; the DoneEvent."""
     from app.engine.events import DoneEvent, NoticeEvent, PrefillEvent, StatusEvent, TokenEvent
 
-    done = None
+    done, told = None, False
     for ev in session.generate(request, cancel=cancel):
         if isinstance(ev, TokenEvent) and not args.json:
             sys.stdout.write(ev.text)
             sys.stdout.flush()
         elif isinstance(ev, PrefillEvent) and args.verbose:
             _progress(ev)
-        elif isinstance(ev, StatusEvent) and ev.stage == "warmup" and args.verbose:
-            _line(ev.message, done=ev.progress in (None, 1.0))
+        elif isinstance(ev, StatusEvent) and ev.stage == "warmup":
+            if args.verbose:
+                _line(ev.message, done=ev.progress in (None, 1.0))
+            elif not told:  # a wait of seconds is never silent; -v shows its progress
+                told = True
+                print(f"draftpair: note: {ev.message.split(' (')[0]}.", file=sys.stderr)
         elif isinstance(ev, NoticeEvent):
             print(f"draftpair: note: {ev.message}", file=sys.stderr)
         elif isinstance(ev, DoneEvent):

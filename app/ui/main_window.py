@@ -87,6 +87,7 @@ class MainWindow(QMainWindow):
 
         deps = ViewDeps(self.client, self.settings, self.banner, self.colors)
         self.chat = ChatView(deps, ctx.chat_store)
+        self.chat.spec_combo.kind_changed.connect(self._show_model_status)
         self.compare = CompareView(deps)
         self.models = ModelsView(deps, ctx)
         self.views: dict[str, QWidget] = {
@@ -262,20 +263,19 @@ class MainWindow(QMainWindow):
         if pending is not None and state.target:
             self.settings.target, self.settings.draft = pending
             self.schedule_save()
-        if state.target:
-            from app.ui.format import format_bytes
-
-            draft = f" · draft {state.draft} ({format_bytes(state.draft_bytes)})" if state.draft else ""
-            self.status_model.setText(
-                f"Target {state.target} ({state.precision}, {format_bytes(state.target_bytes)})"
-                f"{draft} · loaded in {state.load_seconds:.1f} s"
-            )
-        else:
-            self.status_model.setText("No model loaded")
+        self._show_model_status()
         for view in self.views.values():
             handler = getattr(view, "on_model_state", None)
             if handler is not None:
                 handler(state)
+
+    def _show_model_status(self, *_: object) -> None:
+        """What is loaded and the drafter the chat uses now (it follows the chat's kind)."""
+        from app.ui.status_line import model_status
+
+        text, tip = model_status(self.client.state, self.chat.spec_combo.kind())
+        self.status_model.setText(text)
+        self.status_model.setToolTip(tip)
 
     def _on_load_failed(self, message: str) -> None:
         self._pending_pair = None  # keep the selection that last loaded

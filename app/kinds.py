@@ -26,8 +26,9 @@ SPECS: tuple[KindSpec, ...] = (
              "app.engine.drafters.prompt_lookup"),
     KindSpec("full-model", "Draft model", 4, True, False, True,
              "app.engine.drafters.full_model"),
-    KindSpec("mtp", "MTP head", 4, False, True, True, "app.engine.drafters.mtp"),
-    KindSpec("dflash", "DFlash", 16, True, True, True, "app.engine.drafters.dflash"),
+    KindSpec("mtp", "Built-in predictor (MTP)", 4, False, True, True, "app.engine.drafters.mtp"),
+    KindSpec("dflash", "Block drafter (DFlash)", 16, True, True, True,
+             "app.engine.drafters.dflash"),
 )  # fmt: skip
 KINDS: tuple[str, ...] = tuple(s.name for s in SPECS)
 LABELS: dict[str, str] = {s.name: s.label for s in SPECS}

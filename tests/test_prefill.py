@@ -116,8 +116,8 @@ def test_a_prompt_over_the_context_is_refused_before_any_work(small_ctx):
     assert "512" in done.error and "tokens" in done.error
     assert not [e for e in events if isinstance(e, (PrefillEvent, StatusEvent))]
     # a prompt that fits with a reply that would not: the reply is capped, and it says so
-    events = list(s.generate(GenerationRequest(prompt_tokens=tuple(range(3, 503)),
-                                               max_tokens=64)))
+    prompt = tuple(3 + i % 300 for i in range(500))  # 500 ids the tiny vocabulary holds
+    events = list(s.generate(GenerationRequest(prompt_tokens=prompt, max_tokens=64)))
     notes = [e for e in events if isinstance(e, NoticeEvent) and e.code == "context-full"]
     assert notes and events[-1].finish_reason != "error"
     assert len(events[-1].token_ids) <= 12

@@ -10,6 +10,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from app.ui.live import RATE_WINDOW_S  # noqa: E402
+from tests.test_gguf_discovery import ggufs, home  # noqa: E402, F401 - fixtures
 from tests.test_ui import REPLY_TIMEOUT, make_window  # noqa: E402, F401 - the window fixture
 
 
@@ -194,3 +195,122 @@ def test_selecting_a_draft_model_never_shows_another_models_drafts(
     models.apply_colors(colors_for("dark"))  # a theme change re-renders the panel
     assert models.pair_tree.topLevelItemCount() == 0
     assert not models.load_btn.isEnabled() and not models.load_target_btn.isEnabled()
+
+
+def test_the_import_says_how_big_the_copy_will_be_before_it_starts(qtbot, home, ggufs):  # noqa: F811
+    from app.checkpoints.store import Store
+    from app.ui.background import Background
+    from app.ui.gguf_panel import FoundModelsPanel
+    from tests.test_gguf_discovery import build_library
+
+    build_library(home, ggufs)
+    bg = Background()
+    panel = FoundModelsPanel(bg)
+    bg.setParent(panel)
+    qtbot.addWidget(panel)
+    try:
+        with qtbot.waitSignal(panel.found_listed, timeout=20_000):
+            panel.refresh(entries=[])
+        item = next(panel.tree.topLevelItem(i) for i in range(panel.tree.topLevelItemCount())
+                    if panel.tree.topLevelItem(i).text(0) == "tiny:latest")
+        with qtbot.waitSignal(panel.plan_shown, timeout=30_000):
+            panel.tree.setCurrentItem(item)
+        plan = panel.plans[str(item.data(0, Qt.ItemDataRole.UserRole).path)]
+        said = panel.status.text()
+        assert said == plan.describe() and "MLX copy in float32" in said
+        assert panel.import_btn.isEnabled()
+        shown: list[str] = []
+        set_text = panel.status.setText
+        panel.status.setText = lambda text: (shown.append(text), set_text(text))
+        with qtbot.waitSignal(panel.imported, timeout=120_000):
+            panel.import_selected()
+        # the plan stays above the conversion's steps while it runs
+        assert any(t.startswith(said + "\nConverting") for t in shown), shown
+        entry = Store().get("tiny-latest")
+        written = sum(p.stat().st_size for p in entry.path.glob("*.safetensors"))
+        assert abs(written - plan.out_bytes) <= 0.02 * plan.out_bytes  # the figure said is the copy
+    finally:
+        panel.shutdown()
+        bg.shutdown()
+
+
+def test_a_copy_that_does_not_fit_is_refused_in_one_sentence(tmp_path, capsys, monkeypatch):
+    from app.checkpoints import gguf_plan
+    from app.cli import main
+    from tests.gguf_files import write_gguf
+
+    said = gguf_plan.refusal(10 << 30, 1 << 30, 64 << 30)
+    assert "disk has only 1.0 GB free" in said and said.endswith(".") and ". " not in said
+    said = gguf_plan.refusal(10 << 30, 100 << 30, 8 << 30, "75% of RAM")
+    assert "would not fit" in said and "8.0 GB" in said and ". " not in said
+    assert gguf_plan.refusal(1 << 30, 100 << 30, 8 << 30) is None
+
+    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DRAFTPAIR_NO_BLAS_FIX", "1")
+    files, _, _ = write_gguf(tmp_path / "tiny.gguf")
+    monkeypatch.setattr(gguf_plan, "free_disk", lambda folder: 1000)  # a full disk
+    assert main(["models", "import", str(files[0]), "--precision", "float32"]) != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "disk has only 1000 B free" in err[0]
+    assert not any((tmp_path / "data").rglob("*.safetensors"))  # nothing written
+
+
+def test_status_bar_names_the_drafter_in_use_with_the_tables_size(
+        qtbot, make_window, tmp_path, tiny_models):  # noqa: F811
+    from app.checkpoints.store import Store
+    from app.ui.format import format_bytes
+
+    store = Store(data_dir=tmp_path / "data", hf_cache=tmp_path / "hf")
+    store.import_folder(str(tiny_models.draft))
+    w = make_window(draft=True, store=store)
+    models = w.models
+    qtbot.waitUntil(lambda: bool(models.entries), timeout=30_000)
+    w.chat.spec_combo.set_kind("full-model")
+    line = w.status_model.text()
+    size_in_table = models.table.item(_table_row(models, "tiny-draft"), 2).text()
+    assert f"draft model tiny-draft ({size_in_table})" in line  # one figure in both views
+    assert format_bytes(w.client.state.draft_bytes) in w.status_model.toolTip()  # in memory
+    w.chat.spec_combo.set_kind("prompt-lookup")
+    line = w.status_model.text()
+    assert "tiny-draft" not in line and "Prompt lookup" in line  # the drafter actually used
+    w.chat.spec_combo.set_kind("none")
+    assert "no speculation" in w.status_model.text()
+
+
+def test_kinds_have_plain_names_and_the_technical_name_in_a_tooltip(qtbot):
+    from app.ui.widgets import SpecCombo
+
+    combo = SpecCombo()
+    qtbot.addWidget(combo)
+    for i in range(combo.count()):
+        kind, label = combo.itemData(i), combo.itemText(i)
+        tip = combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        assert f"(technical name: {kind})" in tip and len(tip.splitlines()[0]) > 20
+        assert kind not in label  # "full-model", "prompt-lookup", "dflash", "mtp"
+    combo.set_reasons({"dflash": "the target has no DFlash drafter"})
+    i = combo.findData("dflash")
+    tip = combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+    assert tip.startswith("The target has no DFlash drafter.") and "technical name" in tip
+
+
+def test_an_import_error_leaves_with_the_view_and_after_a_good_import(
+        qtbot, make_window, tmp_path, tiny_models):  # noqa: F811
+    w = make_window(draft=True)
+    models = w.models
+    w.show_view("Models")
+    qtbot.waitUntil(lambda: bool(models.entries), timeout=30_000)
+    models.import_folder(str(tmp_path / "no-such-folder"))
+    qtbot.waitUntil(lambda: any("Import failed" in m for m in w.banner.messages), timeout=30_000)
+    assert w.banner.isVisible()
+    w.show_view("Compare")
+    assert not w.banner.isVisible()  # the Models view's error went with it
+    w.show_view("Models")
+    models.import_folder(str(tmp_path / "still-missing"))
+    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=30_000)
+    with qtbot.waitSignal(models.listed, timeout=30_000):
+        models.import_folder(str(tiny_models.target))
+    from PySide6.QtWidgets import QFrame
+
+    errors = [b for b in w.banner.findChildren(QFrame)
+              if b.property("role") == "banner-error" and not b.isHidden()]
+    assert errors == [] and "Imported tiny-target" in w.banner.messages[-1]

@@ -61,11 +61,13 @@ class BenchConfig:
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
-        """About a minute on the demo pair: the quick tasks, T=0, one run, short outputs.
+        """About a minute on the demo pair: the quick tasks, T=0, one run, short outputs,
+        DraftPair's own rows only (the mlx-lm peer rows are the Full bench's).
 
         Flagged runs are reported but not re-run (a re-run would double the time)."""
         base: dict[str, Any] = dict(
-            quick=True, runs=1, temperatures=(0.0,), max_tokens=QUICK_MAX_TOKENS, max_reruns=0
+            quick=True, runs=1, temperatures=(0.0,), max_tokens=QUICK_MAX_TOKENS, max_reruns=0,
+            peers=False,
         )
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)

@@ -77,7 +77,7 @@ def check(n_prompt: int, limit: int | None, *, dropped: int = 0) -> ContextUse:
         raise DraftPairError(
             f"The prompt is {n_prompt:,} tokens but the model reads at most {limit:,} "
             "(prompt and reply together). Shorten it, start a new chat, or choose "
-            "“drop the oldest turns” in the chat settings."
+            "“drop the oldest turns” in the Reply settings."
         )
     room = None if limit is None else limit - n_prompt
     return ContextUse(n_prompt, limit, room, dropped)

@@ -229,7 +229,7 @@ class _Stream:
             self.timings = chunk["timings"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        ext = chunk.get("draftpair") if isinstance(chunk.get("draftpair"), dict) else {}
+        ext: dict[str, Any] = chunk["draftpair"] if isinstance(chunk.get("draftpair"), dict) else {}
         choices = chunk.get("choices") or []
         if not choices:
             return

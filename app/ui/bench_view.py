@@ -224,8 +224,7 @@ class BenchView(View):
         if self._running or not self.run_btn.isEnabled():
             return
         if self.client.busy:
-            self.banner.show_message("Wait for the reply or comparison to finish, then run the bench.",
-                                     error=True)
+            self.show_error("Wait for the reply or comparison to finish, then run the bench.")
             return
         from app.bench import BenchConfig
 
@@ -263,7 +262,7 @@ class BenchView(View):
         self._running = False
         if report is None:
             self.progress.setFormat("failed")
-            self.banner.show_message(f"Bench failed: {error}", error=True)
+            self.show_error(f"Bench failed: {error}")
         else:
             self.report = report
             self.progress.setValue(1000)
@@ -339,7 +338,7 @@ class BenchView(View):
         try:
             out = write_report(self.report, folder)
         except OSError as exc:
-            self.banner.show_message(f"Could not save the report: {exc}", error=True)
+            self.show_error(f"Could not save the report: {exc}")
             return None
         self.banner.show_message(f"Bench report saved in {folder}.", timeout_ms=6000)
         return out

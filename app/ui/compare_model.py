@@ -131,8 +131,8 @@ def summarize(
         draft_weights_bytes=draft_weights_bytes,
         accepted=accepted,
         proposed=proposed,
-        accept_len_mean=(accepted / rounds if rounds else 0.0) if None not in (accepted, rounds)
-        else None,
+        accept_len_mean=None if accepted is None or rounds is None
+        else (accepted / rounds if rounds else 0.0),
         kind=on_t[0].draft_kind,
         fallback=on_t[0].fallback,
         other_cores=contention.mean_other_cores if contention is not None else None,

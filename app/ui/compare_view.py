@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.bench.contention import RunContention
 from app.bench.measure import WARMUP_TOKENS, ContentionMeter, PlannedRun
 from app.ui.compare_card import card_html
-from app.ui.compare_model import RunResult, plan, summarize
+from app.ui.compare_model import CompareSummary, RunResult, plan, summarize
 from app.ui.format import KIND_LABELS
 from app.ui.panels import LivePanels
 from app.ui.remote_side import RemoteSide
@@ -54,7 +54,7 @@ class CompareView(View):
         self._job: Job | None = None
         self._current: PlannedRun[str] | None = None
         self.results: list[RunResult] = []
-        self.summary = None
+        self.summary: CompareSummary | None = None
         self._latest: dict[str, Job] = {}
         self._cpu: ContentionMeter | None = None
         self._contention: RunContention | None = None  # of the last finished measurement

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.kinds import KINDS
-from app.ui.format import KIND_LABELS
+from app.ui.format import KIND_EXPLAIN, KIND_LABELS, kind_tooltip
 
 
 class Banner(QFrame):
@@ -69,6 +69,13 @@ class Banner(QFrame):
         while self._layout.count():
             self._remove(self._layout.itemAt(0).widget())
 
+    def dismiss(self, box: QWidget) -> None:
+        """Take one message away (nothing happens when it is already gone)."""
+        from shiboken6 import isValid
+
+        if isValid(box) and self._layout.indexOf(box) >= 0:
+            self._remove(box)
+
 
 class SpecCombo(QComboBox):
     """Off / Draft model / Prompt lookup / MTP / DFlash; unavailable kinds disabled with why."""
@@ -82,6 +89,7 @@ class SpecCombo(QComboBox):
             kinds.remove("none")
         for kind in kinds:
             self.addItem(KIND_LABELS[kind], kind)
+            self.setItemData(self.count() - 1, kind_tooltip(kind), Qt.ItemDataRole.ToolTipRole)
         self.currentIndexChanged.connect(lambda _i: self.kind_changed.emit(self.kind()))
         self._reasons: dict[str, str | None] = {}
 
@@ -105,14 +113,16 @@ class SpecCombo(QComboBox):
             item.setEnabled(reason is None)
             label = KIND_LABELS[kind]
             item.setText(label if reason is None else f"{label} — unavailable")
-            item.setToolTip(reason[0].upper() + reason[1:] + "." if reason else "")
+            why = reason[0].upper() + reason[1:] + "." if reason else ""
+            item.setToolTip(f"{why}\n{kind_tooltip(kind)}" if why else kind_tooltip(kind))
         self.setToolTip(self.reason_text())
 
     def reason_text(self) -> str:
         reason = self._reasons.get(self.kind())
         if reason and self.kind() != "none":
             return f"{KIND_LABELS[self.kind()]} cannot run: {reason.rstrip('.')}."
-        return "How the reply is sped up. Unavailable choices say why in their tooltip."
+        return (f"How the reply is sped up. {KIND_EXPLAIN.get(self.kind(), '')}\n"
+                "Unavailable choices say why in their tooltip.")
 
     def unavailable_reason(self) -> str | None:
         return self._reasons.get(self.kind()) if self.kind() != "none" else None

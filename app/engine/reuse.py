@@ -32,7 +32,7 @@ from app.engine.prompt_cache import (
 from app.engine.taps import Hidden, TapRequest
 
 
-def model_key(target: LoadedModel, fresh_cache: list[Any]) -> tuple:
+def model_key(target: LoadedModel, fresh_cache: list[Any]) -> tuple[Any, ...]:
     return (str(target.path), id(target.model), signature(fresh_cache))
 
 

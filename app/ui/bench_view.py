@@ -96,11 +96,12 @@ class BenchView(View):
         row.addWidget(QLabel("Runs"))
         row.addWidget(self.runs)
         row.addWidget(self.hot)
-        row.addSpacing(12)
-        row.addWidget(self.run_btn)
-        row.addWidget(self.stop_btn)
-        row.addWidget(self.export_btn)
         row.addStretch(1)
+        # the buttons share the progress bar's row, so the view fits a 1024-pixel-wide window
+        actions = QHBoxLayout()
+        actions.addWidget(self.run_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.export_btn)
         self.pair_label = QLabel("")
         self.pair_label.setProperty("role", "muted")
         self.progress = QProgressBar()
@@ -154,7 +155,8 @@ class BenchView(View):
         outer.addWidget(title)
         outer.addWidget(self.pair_label)
         outer.addLayout(row)
-        outer.addWidget(self.progress)
+        actions.addWidget(self.progress, 1)
+        outer.addLayout(actions)
         outer.addWidget(self.message)
         outer.addWidget(split, 1)
         self._update_buttons()
@@ -184,9 +186,12 @@ class BenchView(View):
             item.addItem(bar)
             self._bars.append(bar)
             label = {"off": "Off", **KIND_LABELS}.get(r["condition"], r["condition"])
+            # dark text on a light plate (light on dark): readable on the bar and past its end
+            plate = QColor(c.base)
+            plate.setAlpha(200)
             text = pg.TextItem(
                 f"{r['task_id']} T={r['temperature']:g} · {label}   {r['speedup']:.2f}×",
-                color=c.accent_text, anchor=(0, 0.5),
+                color=c.text, anchor=(0, 0.5), fill=pg.mkBrush(plate),
             )
             text.setPos(0.02, i)
             item.addItem(text)
@@ -304,7 +309,8 @@ class BenchView(View):
         if recs:
             lines = []
             for kind, rec in recs.items():
-                what = KIND_LABELS.get(rec.draft_kind, rec.draft_kind)
+                what = ("No recommendation yet" if rec.reason.startswith("too few runs")
+                        else KIND_LABELS.get(rec.draft_kind, rec.draft_kind))
                 speed = f" ({rec.speedup:.2f}×)" if rec.speedup else ""
                 lines.append(f"<b>{html.escape(kind)}</b>: {html.escape(what)}{speed} — "
                              f"<span style='color:{c.muted}'>{html.escape(rec.reason)}</span>")

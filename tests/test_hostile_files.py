@@ -125,3 +125,98 @@ def test_a_device_posing_as_a_file_is_refused(tiny, tmp_path):
     assert any("tokenizer.json in" in m and "is a device" in m for m in blockers), blockers
     with pytest.raises(ModelLoadError, match="tokenizer.json in .* is a device"):
         load_model(folder)
+
+
+BAD_SETTINGS = [
+    ({"num_hidden_layers": -1}, "num_hidden_layers is -1, but it must be a whole number from 1"),
+    ({"num_attention_heads": 0}, "num_attention_heads is 0, but it must be a whole number from 1"),
+    ({"hidden_size": 10**12}, "hidden_size is 1,000,000,000,000, but it must be a whole number"),
+    ({"intermediate_size": 1e12}, "intermediate_size is 1000000000000.0, but it must be a whole"),
+    ({"vocab_size": 0}, "vocab_size is 0, but it must be a whole number from 1"),
+    ({"eos_token_id": 10**9}, "eos_token_id is 1,000,000,000, but token ids run from 0 to"),
+    ({"eos_token_id": [2, -3]}, "eos_token_id is -3, but token ids run from 0 to"),
+    ({"num_key_value_heads": 3}, "num_attention_heads is 4 and num_key_value_heads is 3, but"),
+    ({"rms_norm_eps": -1}, "rms_norm_eps is -1, but it must be a positive number"),
+    ({"rope_theta": float("nan")}, "rope_theta is nan, but it must be a positive number"),
+]
+
+
+@pytest.mark.parametrize("change,said", BAD_SETTINGS, ids=[next(iter(c)) + str(i) for i, (c, _)
+                                                            in enumerate(BAD_SETTINGS)])
+def test_settings_out_of_range_are_refused_before_a_model_is_built(tiny, tmp_path, change, said):
+    import json
+
+    from app.checkpoints.pairing import check
+    from app.checkpoints.pairing.load_check import load_check, with_load_check
+    from app.engine.models import load_model
+    from app.errors import ModelLoadError
+
+    folder = tmp_path / "bad"
+    shutil.copytree(tiny, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(change)
+    (folder / "config.json").write_text(json.dumps(cfg, allow_nan=True))
+    report = with_load_check(check(folder, None))
+    assert not report.works
+    blockers = [f.message for f in report.findings if f.severity == "blocker"]
+    assert any(said in m for m in blockers), blockers
+    for m in blockers:
+        _plain(m)
+    assert [f.message for f in load_check(folder) if said in f.message]
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(folder)
+    assert said in str(caught.value)
+    _plain(str(caught.value))
+
+
+def test_a_tokenizer_that_needs_its_own_code_is_not_called_damaged(tiny, tmp_path):
+    import json
+
+    from app.checkpoints.pairing import check
+    from app.engine.models import load_model
+    from app.errors import ModelLoadError
+
+    folder = tmp_path / "remote"
+    shutil.copytree(tiny, folder)
+    (folder / "tokenizer.json").unlink()
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg.update(tokenizer_class="FooTokenizer",
+               auto_map={"AutoTokenizer": ["tokenization_foo.FooTokenizer", None]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    marker = tmp_path / "ran"
+    (folder / "tokenization_foo.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    messages = [f.message for f in check(folder, None).findings if f.severity == "blocker"]
+    said = "tokenizer needs its own Python code (tokenization_foo.FooTokenizer), which DraftPair"
+    assert any(said in m for m in messages) and not any("damaged" in m for m in messages), messages
+    with pytest.raises(ModelLoadError, match="needs its own Python code"):
+        load_model(folder)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["../../X", "/tmp/elsewhere", "a/b", "..", ".hidden", "",
+                                  "tab\there", "c:d"])
+def test_import_name_is_a_name_never_a_path(tiny, tmp_path, monkeypatch, capsys, name):
+    from app.checkpoints.store import Store, StoreError
+    from app.cli import main
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(data))
+    before = set(tmp_path.rglob("*"))
+    assert main(["models", "import", str(tiny), "--name", name, "--copy"]) == 2
+    said = capsys.readouterr().err.strip().removeprefix("draftpair: error: ")
+    assert said.endswith("cannot be a model's name: a name is one word or phrase without "
+                         "slashes, colons or a leading dot, never a path."), said
+    with pytest.raises(StoreError, match="never a path"):
+        Store(data_dir=data).import_folder(tiny, name=name, copy=True)
+    assert set(tmp_path.rglob("*")) - before <= {data, *data.rglob("*")}
+    assert not (data / "models").exists() or not any((data / "models").iterdir())
+
+
+def test_gguf_import_name_is_a_name_never_a_path(gguf_file, tmp_path):
+    from app.checkpoints.gguf_import import import_gguf
+    from app.checkpoints.store import Store, StoreError
+
+    store = Store(data_dir=tmp_path / "data")
+    with pytest.raises(StoreError, match="never a path"):
+        import_gguf(gguf_file, store=store, name="../../escaped")
+    assert not (tmp_path / "escaped").exists() and not (tmp_path.parent / "escaped").exists()

@@ -7,15 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from app.ui.live import RATE_WINDOW_S  # noqa: E402
-from app.ui.main_window import AppContext, MainWindow  # noqa: E402
-from app.ui.settings import Settings, SettingsStore  # noqa: E402
+from app.ui.chat_store import ChatStore
+from app.ui.live import RATE_WINDOW_S
+from app.ui.main_window import AppContext, MainWindow
+from app.ui.settings import Settings, SettingsStore
 
 LOAD_TIMEOUT = 60_000
 REPLY_TIMEOUT = 60_000
@@ -287,7 +284,6 @@ def test_download_progress_cancel_and_resume_against_the_fake_hub(
 
 
 def test_bench_view_runs_the_quick_suite_on_the_loaded_pair(qtbot, make_window, monkeypatch):
-    pytest.importorskip("app.bench.runner")
     from app.bench import BenchConfig
 
     w = make_window(draft=True)

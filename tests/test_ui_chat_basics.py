@@ -5,13 +5,10 @@ streaming reply unless scrolled up, a new chat starts empty, Chat puts the curso
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractSlider, QApplication
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QAbstractSlider, QApplication  # noqa: E402
-
-from tests.ui_window import TIMEOUT, close_window, open_window  # noqa: E402
+from tests.ui_window import TIMEOUT, close_window, open_window
 
 LONG_LINE = ("12.3 tok/s · TTFT 812 ms (4,096 prompt tokens read, 12,345 reused) · "
              "accepted 1,234/5,678 (22%) · 345 of them copied from the context · ") * 4

@@ -28,5 +28,5 @@ def open_window(qtbot, tmp_path: Path, target: Path, **settings_kw):
 
 def close_window(w) -> None:
     w.close()
-    assert not w.client.thread.isRunning()
+    assert not w.client.engine_thread.isRunning()
     w.ctx.chat_store.close()

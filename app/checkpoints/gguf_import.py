@@ -293,7 +293,7 @@ def import_gguf(
     found_in: str | None = None,
 ) -> StoreEntry:
     from app.checkpoints.inspect import inspect_checkpoint
-    from app.checkpoints.store import SOURCE_MODELS, Store, StoreEntry, dir_size
+    from app.checkpoints.store import SOURCE_MODELS, Store, StoreEntry, check_model_name, dir_size
 
     store = store or Store()
     src = Path(source).expanduser().resolve()
@@ -305,7 +305,7 @@ def import_gguf(
         rec = converted_from(entry.path)
         if rec and rec.get("source_files", [None])[0] == str(first):
             raise GGUFImportError(f"{first.name} is already imported as {entry.name}.")
-    name = name or default_name(first)
+    name = check_model_name(name) if name is not None else default_name(first)
     if store.get(name) is not None or (store.models_dir / name).exists():
         raise GGUFImportError(f"A model named {name!r} already exists; choose another name.")
     dest = store.models_dir / name

@@ -11,6 +11,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
 from app.errors import ModelLoadError, technical_detail, user_message
 from app.fileio import JSON_LIMIT, read_regular_text, special_files
@@ -93,6 +94,9 @@ def validate_folder(path: Path) -> dict[str, Any]:
                              detail=technical_detail(exc)) from None
     if not isinstance(config, dict):
         raise ModelLoadError(f"config.json in {path} is not a JSON object.")
+    problem = config_range_problem(config, f"config.json in {path}")
+    if problem:
+        raise ModelLoadError(problem)
     if "DFlashDraftModel" in (config.get("architectures") or []) or isinstance(
             config.get("dflash_config"), dict):
         raise ModelLoadError(
@@ -207,8 +211,13 @@ def load_model(
         raise explain_load_failure(exc, path) from None
     except Exception as exc:  # corrupt safetensors, missing tensors...
         raise explain_load_failure(exc, path) from None
-    try:
-        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    needs_code = remote_code_tokenizer(path)
+    if needs_code:
+        raise ModelLoadError(f"The tokenizer in {path} needs its own Python code ({needs_code}), "
+                             "which DraftPair never runs.")
+    try:  # never asks on the terminal whether to run the checkpoint's code: it does not
+        tokenizer = load_tokenizer(path, {"trust_remote_code": False},
+                                   eos_token_ids=config.get("eos_token_id"))
     except Exception as exc:
         raise ModelLoadError(tokenizer_failure(exc, path), detail=technical_detail(exc)) from None
 

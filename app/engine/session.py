@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,15 @@ from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
 from app.engine import proposals, registry, rollback
+from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
+from app.engine.calibration_measure import (
+    BUDGET_S,
+    CALIBRATE_BUDGET_S,
+    MAX_PASS,
+    measure_drafter,
+    measure_target,
+    needs_measuring,
+)
 from app.engine.decode import RoundLoop
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
@@ -47,22 +56,26 @@ from app.engine.registry import DrafterContext
 from app.engine.reuse import ConversationLease
 from app.engine.taps import TapRequest
 from app.engine.validation import token_problem, validate
-from app.engine.width import PolicyFactory, WidthPolicy
+from app.engine.width import DEFAULT_VERIFY_SLOPE, PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
 class Session:
-    def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy):
+    def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy,
+                 calibrations: CalibrationStore | None = None):
         """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
-        test passes ``FixedWidth`` to draft at every step)."""
+        test passes ``FixedWidth`` to draft at every step). ``calibrations``: where this
+        machine's speed tables are kept (default: the user data folder)."""
         self.precision = precision
         self.width_policy = width_policy
         self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
         self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
-        self._warm: set[tuple[str, int]] = set()
-        self._costs: dict[tuple[str, int], dict[str, float]] = {}
+        self.calibrations = calibrations if calibrations is not None else (
+            CalibrationStore.default())
+        self.calibration: Calibration | None = None  # the loaded target's, once read/measured
+        self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
 
     # -- loading ----------------------------------------------------------------------
@@ -70,6 +83,8 @@ class Session:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         rollback.for_target(self.target)  # the rewind strategy is chosen at load
+        self.calibration = self.calibrations.load(
+            self.target.path, target_key(self.target.path, self.target.precision))
         return self.target
 
     def load_draft(self, name_or_path: str | Path) -> Any:
@@ -82,7 +97,6 @@ class Session:
             if mod is None:
                 raise ModelLoadError(registry.not_supported("dflash") + ".")
             self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
-            self._forget_warm("dflash")
             self._tap_union = None
             return self.assets["dflash"]
         draft = load_model(resolve_model(name_or_path), precision=self.precision)
@@ -90,7 +104,6 @@ class Session:
         if problem:
             raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
         self.draft = draft
-        self._forget_warm("full-model")
         self.prompt_cache.clear()
         return draft
 
@@ -99,11 +112,6 @@ class Session:
         self._tap_union = None
         self.draft = None
         self.assets.pop("dflash", None)
-        self._forget_warm("full-model")
-        self._forget_warm("dflash")
-
-    def _forget_warm(self, kind: str) -> None:
-        self._warm = {w for w in self._warm if w[0] != kind}
 
     def unload(self) -> None:
         self.prompt_cache.clear()
@@ -111,7 +119,7 @@ class Session:
         self.target = None
         self.draft = None
         self.assets.clear()
-        self._warm.clear()
+        self.calibration = None
         mx.clear_cache()
 
     def context(self, request: GenerationRequest | None = None) -> DrafterContext | None:
@@ -185,6 +193,8 @@ class Session:
     def generate(
         self, request: GenerationRequest, *, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
+        if request.submitted_at is None:  # time to first token counts from here at the latest
+            request = dataclasses.replace(request, submitted_at=time.perf_counter())
         try:
             yield from self._generate(request, cancel)
         except Exception as exc:  # errors cross to the caller as data
@@ -234,13 +244,12 @@ class Session:
             kind = "none"
         drafter = registry.make(kind, ctx) if kind != "none" else None
         width = width if drafter is not None else 0
-        if drafter is not None and (kind, width) not in self._warm:
-            yield StatusEvent("warmup", f"preparing verify widths 1..{width + 1}")
-            self._costs[(kind, width)] = self._warmup(drafter, width)
-            self._warm.add((kind, width))
         verify_slope = None
-        if drafter is not None and (kind, width) in self._costs:
-            costs = self._costs[(kind, width)]
+        warmup_ms = 0.0
+        if drafter is not None:
+            costs = yield from self._warmup(kind, drafter, width, context=len(prompt),
+                                            cancel=cancel)
+            warmup_ms = self.last_warmup_s * 1e3
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
         rule = registry.rule_for(kind, req.sampling)
@@ -253,7 +262,11 @@ class Session:
                  if req.reuse_cache else Lease(fresh))
         loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
                          cancel=cancel, lease=lease, fallback=fallback, context=limit)
-        yield from loop.run()
+        for ev in loop.run():
+            if isinstance(ev, DoneEvent) and warmup_ms:
+                ev = dataclasses.replace(
+                    ev, timings=dataclasses.replace(ev.timings, warmup_ms=round(warmup_ms, 1)))
+            yield ev
 
     def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
         """The target rows a kept conversation keeps: those of every drafter that reads the
@@ -273,30 +286,104 @@ class Session:
             self._tap_union = union_taps or TapRequest()
         return None if self._tap_union.empty else self._tap_union
 
-    def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
-        """Run the target once at every verify width so first-use costs are not timed, and
-        measure what a wider verify and a draft step cost relative to one target step."""
+    def _warmup(
+        self, kind: str, drafter: Drafter, width: int, *, context: int,
+        cancel: threading.Event | None = None,
+    ) -> Generator[StatusEvent, None, dict[str, float]]:
+        """The width policy's costs at ``context`` (``verify_slope``, ``draft_cost`` in plain
+        steps) from this machine's calibration. What no kept table holds yet (the target's
+        passes, this drafter's step) is measured now, with progress in plain words, and kept
+        for every later process; with a kept table nothing is run."""
         assert self.target is not None
         started = time.perf_counter()
-        rb = rollback.for_target(self.target)
-        cache = make_cache(self.target)
-        mx.eval(self.target.model(mx.zeros((1, 8), mx.uint32), cache=cache))
-        step_ms: dict[int, float] = {}
-        for n in [*range(1, width + 2), 1, width + 1]:
-            tokens = mx.zeros((n,), mx.uint32)
-            t0 = time.perf_counter()
-            with rb.verifying(cache):
-                out = self.target.model(tokens[None], cache=cache)
-            mx.eval(out)
-            ms = (time.perf_counter() - t0) * 1e3
-            step_ms[n] = min(step_ms.get(n, ms), ms)
-            rb.rewind(cache, tokens, keep=0)
-        drafter.warmup(list(range(1, width + 1)))
-        self.last_warmup_s = time.perf_counter() - started
-        one = max(step_ms[1], 1e-3)
-        slope = (step_ms[width + 1] / one - 1.0) / width if width else 0.0
-        draft_ms = getattr(drafter, "draft_step_ms", None) or 0.0
-        return {"verify_slope": slope, "draft_cost": draft_ms / one}
+        self.last_warmup_s = 0.0
+        measured = False
+        cal = self.calibration
+        if cal is None:
+            cal = yield from self._measure_target(cancel)
+            if cal is None:  # stopped: the round loop ends the request at once
+                return {"verify_slope": DEFAULT_VERIFY_SLOPE, "draft_cost": drafter.step_cost}
+            measured = True
+        dkey = self.drafter_key(kind)
+        if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
+            label = registry.spec(kind).label
+            yield StatusEvent("warmup", f"Measuring the drafter's speed on this computer, only "
+                              f"the first time: {label}", None)
+            ms = measure_drafter(drafter, list(range(1, max(width, 1) + 1)))
+            if ms is not None:
+                cal = cal.with_drafter(dkey, ms, label)
+                self.calibrations.save(cal)
+            measured = True
+        self.calibration = cal
+        if measured:
+            self.last_warmup_s = time.perf_counter() - started
+        drafter.set_verify_costs(cal.verify_costs(max(MAX_PASS, width + 1), context))
+        draft_cost = cal.draft_cost(dkey, context)
+        return {"verify_slope": cal.verify_slope(width, context),
+                "draft_cost": drafter.step_cost if draft_cost is None else draft_cost}
+
+    def recalibrate(
+        self, kinds: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
+        cancel: threading.Event | None = None,
+    ) -> Generator[StatusEvent, None, Calibration | None]:
+        """Measure this machine again for the loaded target and the drafters of ``kinds``
+        (those that run a model), keep the table and return it (None when stopped)."""
+        assert self.target is not None
+        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS)
+        if cal is None:
+            return None
+        for kind in kinds:
+            drafter = registry.make(kind, self.context(GenerationRequest(draft_kind=kind)))
+            if drafter is None or not needs_measuring(drafter):
+                continue
+            label = registry.spec(kind).label
+            yield StatusEvent("warmup", f"Measuring the drafter's speed: {label}", None)
+            ms = measure_drafter(drafter, list(range(1, registry.spec(kind).default_width + 1)))
+            if ms is not None:
+                cal = cal.with_drafter(drafter_key(kind, self._drafter_folder(kind)), ms, label)
+        self.calibrations.save(cal)
+        self.calibration = cal
+        return cal
+
+    def drafter_key(self, kind: str) -> str:
+        """The calibration's name for the drafter of ``kind`` that is loaded now."""
+        return drafter_key(kind, self._drafter_folder(kind))
+
+    def _measure_target(
+        self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
+        words: str | None = None,
+    ) -> Generator[StatusEvent, None, Calibration | None]:
+        """The target's table, measured now and kept (None when stopped: nothing kept)."""
+        assert self.target is not None
+        sweep = measure_target(self.target, context_limit=self.context_length(),
+                               budget_s=budget_s)
+        words = words or WARMUP_WORDS
+        yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
+        while True:
+            if cancel is not None and cancel.is_set():
+                sweep.close()
+                return None
+            try:
+                step = next(sweep)
+            except StopIteration as end:
+                cal: Calibration = end.value
+                break
+            yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
+                              step.fraction)
+        self.calibrations.save(cal)
+        return cal
+
+    def _drafter_folder(self, kind: str) -> Path | None:
+        """The files a kind's drafter runs (None: the target's own, or none)."""
+        if kind == "full-model":
+            return self.draft.path if self.draft is not None else None
+        path = getattr(self.assets.get(kind), "path", None)
+        return Path(path) if path is not None else None
+
+
+WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first time "
+                "({done} of {total})")
+MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
 
 
 def _is_dflash_folder(name_or_path: str | Path) -> bool:

@@ -33,9 +33,9 @@ class ElidedLabel(QLabel):
     def text(self) -> str:
         return self._full
 
-    def set_tip(self, tip: str) -> None:
-        """A tooltip shown when the whole text fits (the full text is shown when it does not)."""
-        self._tip = tip
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 (Qt override)
+        """A tooltip of its own (shown under the full text when the text is elided)."""
+        self._tip = tip or ""
         self._elide()
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
@@ -53,4 +53,6 @@ class ElidedLabel(QLabel):
     def _elide(self) -> None:
         shown = self.fontMetrics().elidedText(self._full, self._mode, max(self.width(), 1))
         super().setText(shown)
-        self.setToolTip(self._full if shown != self._full else self._tip)
+        elided = shown != self._full
+        tip = "\n".join(t for t in (self._full if elided else "", self._tip) if t)
+        QLabel.setToolTip(self, tip)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.inspect import (
     KIND_DFLASH,
     KIND_UNSUPPORTED,
@@ -51,6 +52,11 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
             f"The {who}'s settings file is missing or damaged, so it cannot be used.",
             f"{p / 'config.json'}: {info.config_error}",
         )
+        return False
+    problem = config_range_problem(info.config, "config.json")
+    if problem:
+        out.add(f"{role}.config_range", BLOCKER, f"The {who}'s settings are out of range: "
+                f"{problem[:1].lower()}{problem[1:]}", f"{p / 'config.json'}: {problem}")
         return False
     w = info.weights
     if w is None or not w.files:
@@ -132,7 +138,12 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
                 "config.json has no vocab_size and no embedding tensor was found",
             )
     tok = info.tokenizer
-    if tok is not None and tok.problems:
+    needs_code = remote_code_tokenizer(p)
+    if needs_code:
+        out.add(f"{role}.tokenizer_remote_code", BLOCKER,
+                f"The {who}'s tokenizer needs its own Python code ({needs_code}), which DraftPair "
+                "never runs.", "tokenizer_config.json auto_map.AutoTokenizer")
+    elif tok is not None and tok.problems:
         out.add(
             f"{role}.tokenizer_invalid",
             BLOCKER,

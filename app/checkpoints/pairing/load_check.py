@@ -29,6 +29,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.pairing.report import BLOCKER, NOTE, Finding
 from app.checkpoints.safetensors_header import PICKLE_SUFFIXES, HeaderError, read_header
 from app.errors import DraftPairError, technical_detail, user_message
@@ -209,6 +210,10 @@ def _config(p: Path, out: _Out) -> dict | None:
                 f"{cfg_path} is not a JSON object (it holds a {type(config).__name__} value).",
                 f"top-level JSON type {type(config).__name__}")
         return None
+    problem = config_range_problem(config, f"config.json in {p}")
+    if problem:  # before any model is built: a zero or a huge count fails deep inside mlx-lm
+        out.add("config_range", BLOCKER, problem, problem)
+        return None
     return config
 
 
@@ -256,6 +261,10 @@ def _tokenizer_files(p: Path, out: _Out) -> None:
         out.add("no_tokenizer", BLOCKER,
                 f"{p} has no tokenizer files, so text cannot be turned into tokens.",
                 "no tokenizer.json / tokenizer.model / vocab.json")
+    elif remote_code_tokenizer(p):
+        out.add("tokenizer_remote_code", BLOCKER,
+                f"The tokenizer in {p} needs its own Python code ({remote_code_tokenizer(p)}), "
+                "which DraftPair never runs.", "auto_map.AutoTokenizer with no built-in class")
     elif tok is None or tok.source == "none" or tok.problems:
         problems = " ".join(tok.problems) if tok is not None else ""
         out.add("tokenizer_damaged", BLOCKER,
@@ -285,7 +294,7 @@ def _tokenizer_load(p: Path, out: _Out) -> None:
     from app.checkpoints.load_errors import tokenizer_failure
 
     try:
-        load_tokenizer(p)
+        load_tokenizer(p, {"trust_remote_code": False})
     except Exception as exc:  # noqa: BLE001
         out.add("tokenizer_load", BLOCKER, tokenizer_failure(exc, p), technical_detail(exc))
 

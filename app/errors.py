@@ -155,6 +155,8 @@ def _os_message(exc: OSError, where: str | Path | None) -> str:
     if isinstance(exc, PermissionError) or code in (errno.EACCES, errno.EPERM):
         return f"{place} cannot be opened: permission denied (check its owner and permissions)."
     if code == errno.ENOSPC:
+        if not (exc.filename or where):
+            return "The disk is full; free some space and try again."
         return f"The disk holding {place} is full; free some space and try again."
     if code == errno.EROFS:
         return f"{place} is on a read-only disk."

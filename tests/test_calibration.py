@@ -232,3 +232,23 @@ def test_calibrate_command_measures_again_and_prints_the_table(models, tmp_path,
     assert kept is not None and kept.to_dict()["verify_ms"] == table["verify_ms"]
     assert main(["calibrate", "--model", str(models["target"]), "--draft-kind", "mtp"]) == 1
     assert "cannot be measured" in capsys.readouterr().err
+
+
+def test_generate_says_when_it_measures_and_counts_the_wait_in_its_ttft(models, tmp_path,
+                                                                        monkeypatch, capsys):
+    from app.cli import main
+
+    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "data"))
+    args = ["generate", "--model", str(models["target"]), "--draft-kind", "prompt-lookup",
+            "--prompt", "The cat sat on", "--max-tokens", "6", "--json"]
+    started = time.perf_counter()
+    assert main(args) == 0
+    took_ms = (time.perf_counter() - started) * 1e3
+    out = capsys.readouterr()
+    timings = json.loads(out.out)["timings"]
+    assert "note: Measuring this computer's speed for speculation" in out.err
+    assert timings["warmup_ms"] > 0 and took_ms >= timings["ttft_ms"] >= timings["warmup_ms"]
+    assert main(args) == 0  # the next command reads the kept table
+    out = capsys.readouterr()
+    assert "speed for speculation" not in out.err
+    assert json.loads(out.out)["timings"]["warmup_ms"] == 0

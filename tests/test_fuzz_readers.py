@@ -13,14 +13,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from app.checkpoints import inspect as I  # noqa: E402
-from app.checkpoints.safetensors_header import HeaderError, read_header, summarize_weights  # noqa: E402
-from app.checkpoints.tokenizer_files import read_tokenizer  # noqa: E402
+from app.checkpoints import inspect as I
+from app.checkpoints.safetensors_header import HeaderError, read_header, summarize_weights
+from app.checkpoints.tokenizer_files import read_tokenizer
 
 # DRAFTPAIR_FUZZ_EXAMPLES=1000 for a deeper, randomized search (the suite uses a fixed 60)
 _DEEP = int(os.environ.get("DRAFTPAIR_FUZZ_EXAMPLES", "0"))

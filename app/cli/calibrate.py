@@ -131,11 +131,12 @@ def describe(session: Session, cal: Calibration, names: dict[str, str]) -> str:
                   "again when the computer is idle."]
     lines += ["", f"Drafters (one drafting step, in plain steps at {cal.contexts[0]} tokens "
               "of context):"]
+    pad = max((len(LABELS[k]) for k in names), default=0)
     for kind, key in names.items():
         ms = cal.draft_ms(key)
         if ms is None:
-            lines.append(f"  {LABELS[kind]:<14} runs no model: no cost to measure")
+            lines.append(f"  {LABELS[kind]:<{pad}}  runs no model: no cost to measure")
         else:
-            lines.append(f"  {LABELS[kind]:<14} {ms:7.2f} ms  "
+            lines.append(f"  {LABELS[kind]:<{pad}}  {ms:7.2f} ms  "
                          f"({cal.draft_cost(key, cal.contexts[0]):.3f} steps)")
     return "\n".join(lines)

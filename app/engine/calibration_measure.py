@@ -70,12 +70,17 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
     measured_ctx: list[int] = []
     sizes: list[list[int]] = []
     rows: list[list[float]] = []
+    read_ms_per_token: float | None = None  # measured on the last full chunk read
     for ci, (ctx, plan) in enumerate(zip(ctxs, plans, strict=True)):
-        if ci > 0 and _over_budget(started, budget_s, ctx - held, plan, rows[-1], sizes[-1]):
+        if ci > 0 and _over_budget(started, budget_s, ctx - held, plan, rows[-1], sizes[-1],
+                                   read_ms_per_token):
             break
         while held < ctx:
             n = min(CHUNK, ctx - held)
+            t0 = time.perf_counter()
             mx.eval(target.model(mx.zeros((1, n), mx.uint32), cache=cache))
+            if n == CHUNK:
+                read_ms_per_token = (time.perf_counter() - t0) * 1e3 / n
             held += n
             done += 1
             yield Step(done, total)
@@ -139,10 +144,13 @@ def _pass_ms(target: LoadedModel, rb: Any, cache: list[Any], n: int) -> float:
 
 
 def _over_budget(started: float, budget_s: float, to_read: int, plan: list[int],
-                 last_row: list[float], last_sizes: list[int]) -> bool:
+                 last_row: list[float], last_sizes: list[int],
+                 read_ms_per_token: float | None) -> bool:
     """Whether reading ``to_read`` more tokens and timing ``plan`` would pass the budget,
-    estimated from the last context's times (a longer context only costs more)."""
-    per_token_ms = last_row[-1] / last_sizes[-1]
+    estimated from the last context's times (a longer context only costs more) and the last
+    chunk's reading rate (before one was read: the widest pass's rate, which reads fewer
+    tokens at a time and so overestimates)."""
+    per_token_ms = read_ms_per_token or last_row[-1] / last_sizes[-1]
     by_size = dict(zip(last_sizes, last_row, strict=True))
     sweep_ms = REPEATS * sum(by_size.get(n, last_row[-1]) for n in plan)
     estimate_s = (to_read * per_token_ms + sweep_ms) / 1e3

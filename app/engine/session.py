@@ -307,8 +307,8 @@ class Session:
         dkey = self.drafter_key(kind)
         if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
             label = registry.spec(kind).label
-            yield StatusEvent("warmup", f"Measuring the speed of the drafter ({label}) on this "
-                              "computer, only the first time", None)
+            yield StatusEvent("warmup", f"Measuring the drafter's speed on this computer, only "
+                              f"the first time: {label}", None)
             ms = measure_drafter(drafter, list(range(1, max(width, 1) + 1)))
             if ms is not None:
                 cal = cal.with_drafter(dkey, ms, label)
@@ -329,7 +329,7 @@ class Session:
         """Measure this machine again for the loaded target and the drafters of ``kinds``
         (those that run a model), keep the table and return it (None when stopped)."""
         assert self.target is not None
-        cal = yield from self._measure_target(cancel, budget_s=budget_s)
+        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS)
         if cal is None:
             return None
         for kind in kinds:
@@ -337,7 +337,7 @@ class Session:
             if drafter is None or not needs_measuring(drafter):
                 continue
             label = registry.spec(kind).label
-            yield StatusEvent("warmup", f"Measuring the speed of the drafter ({label})", None)
+            yield StatusEvent("warmup", f"Measuring the drafter's speed: {label}", None)
             ms = measure_drafter(drafter, list(range(1, registry.spec(kind).default_width + 1)))
             if ms is not None:
                 cal = cal.with_drafter(drafter_key(kind, self._drafter_folder(kind)), ms, label)
@@ -351,12 +351,14 @@ class Session:
 
     def _measure_target(
         self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
+        words: str | None = None,
     ) -> Generator[StatusEvent, None, Calibration | None]:
         """The target's table, measured now and kept (None when stopped: nothing kept)."""
         assert self.target is not None
         sweep = measure_target(self.target, context_limit=self.context_length(),
                                budget_s=budget_s)
-        yield StatusEvent("warmup", WARMUP_WORDS.format(done=0, total="…"), 0.0)
+        words = words or WARMUP_WORDS
+        yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
         while True:
             if cancel is not None and cancel.is_set():
                 sweep.close()
@@ -366,7 +368,7 @@ class Session:
             except StopIteration as end:
                 cal: Calibration = end.value
                 break
-            yield StatusEvent("warmup", WARMUP_WORDS.format(done=step.done, total=step.total),
+            yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
                               step.fraction)
         self.calibrations.save(cal)
         return cal
@@ -381,6 +383,7 @@ class Session:
 
 WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first time "
                 "({done} of {total})")
+MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
 
 
 def _is_dflash_folder(name_or_path: str | Path) -> bool:

@@ -33,7 +33,9 @@ from app.engine.calibration import Calibration, CalibrationStore, drafter_key, t
 from app.engine.calibration_measure import (
     BUDGET_S,
     CALIBRATE_BUDGET_S,
+    CALIBRATE_REPEATS,
     MAX_PASS,
+    REPEATS,
     measure_drafter,
     measure_target,
     needs_measuring,
@@ -329,7 +331,8 @@ class Session:
         """Measure this machine again for the loaded target and the drafters of ``kinds``
         (those that run a model), keep the table and return it (None when stopped)."""
         assert self.target is not None
-        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS)
+        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS,
+                                              repeats=CALIBRATE_REPEATS)
         if cal is None:
             return None
         for kind in kinds:
@@ -351,12 +354,12 @@ class Session:
 
     def _measure_target(
         self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
-        words: str | None = None,
+        words: str | None = None, repeats: int = REPEATS,
     ) -> Generator[StatusEvent, None, Calibration | None]:
         """The target's table, measured now and kept (None when stopped: nothing kept)."""
         assert self.target is not None
         sweep = measure_target(self.target, context_limit=self.context_length(),
-                               budget_s=budget_s)
+                               budget_s=budget_s, repeats=repeats)
         words = words or WARMUP_WORDS
         yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
         while True:

@@ -305,6 +305,7 @@ class Session:
             cal = yield from self._measure_target(cancel)
             if cal is None:  # stopped: the round loop ends the request at once
                 return {"verify_slope": DEFAULT_VERIFY_SLOPE, "draft_cost": drafter.step_cost}
+            self.calibrations.save(cal)
             measured = True
         dkey = self.drafter_key(kind)
         if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
@@ -336,6 +337,8 @@ class Session:
         if cal is None:
             return None
         for kind in kinds:
+            if cancel is not None and cancel.is_set():
+                return None  # nothing kept: the table kept before stays as it was
             drafter = registry.make(kind, self.context(GenerationRequest(draft_kind=kind)))
             if drafter is None or not needs_measuring(drafter):
                 continue
@@ -356,7 +359,7 @@ class Session:
         self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
         words: str | None = None, repeats: int = REPEATS,
     ) -> Generator[StatusEvent, None, Calibration | None]:
-        """The target's table, measured now and kept (None when stopped: nothing kept)."""
+        """The target's table, measured now (None when stopped)."""
         assert self.target is not None
         sweep = measure_target(self.target, context_limit=self.context_length(),
                                budget_s=budget_s, repeats=repeats)
@@ -373,7 +376,6 @@ class Session:
                 break
             yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
                               step.fraction)
-        self.calibrations.save(cal)
         return cal
 
     def _drafter_folder(self, kind: str) -> Path | None:

@@ -115,7 +115,7 @@ class TargetStep:
         next_carry = logits[-1:]
         if hidden is not None:
             parts.append(hidden)
-        mx.async_eval(tok, next_carry)  # type: ignore[no-untyped-call]  # (mlx stub)
+        mx.async_eval(tok, next_carry)
         t = int(tok.item())  # type: ignore[arg-type]  # (a token id)
         self.carry = next_carry
         self.hidden = Hidden.concat(parts) if self.taps is not None else None

@@ -25,7 +25,8 @@ def model_line(state: ModelState, kind: str) -> str:
     """The chat bar's model line: the target, plus the draft only while ``kind`` runs it."""
     if not state.target:
         return "No model loaded"
-    draft = f" + draft {state.draft}" if state.draft and uses_draft_model(kind) else ""
+    # the loaded draft model drafts for "full-model" only (DFlash has a drafter of its own)
+    draft = f" + draft {state.draft}" if state.draft and kind == "full-model" else ""
     return f"{state.target}{draft}"
 
 

@@ -27,7 +27,7 @@ def model_status(state: ModelState, kind: str) -> tuple[str, str]:
     if not state.target:
         return "No model loaded", ""
     text = (f"{state.target} ({format_bytes(state.target_disk_bytes)}) · "
-            f"{drafter_words(state, kind)} · loaded in {state.load_seconds:.1f} s")
+            f"chat: {drafter_words(state, kind)} · loaded in {state.load_seconds:.1f} s")
     tip = [f"Target {state.target}: {format_bytes(state.target_disk_bytes)} on disk, "
            f"{format_bytes(state.target_bytes)} in memory ({state.precision})"]
     if state.draft:

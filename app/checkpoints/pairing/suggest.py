@@ -24,6 +24,7 @@ from app.checkpoints.pairing.report import (
     VERDICT_WORKS,
     PairingReport,
 )
+from app.kinds import LABELS as KIND_NAMES
 
 if TYPE_CHECKING:
     from app.checkpoints.store import Store, StoreEntry
@@ -130,10 +131,8 @@ def suggest_drafts(
     ranked.sort(key=lambda s: -s.score)
     options: list[Suggestion] = []
     if t.config is not None:
-        for kind, label in (
-            ("prompt-lookup", "prompt lookup (no draft model)"),
-            ("mtp", "MTP head (no draft model)"),
-        ):
+        for kind in ("prompt-lookup", "mtp"):
+            label = f"{KIND_NAMES[kind]} (no draft model)"  # the name the pickers show
             beside = kind == "mtp" and not t.mtp_tensors and bool(mtp_source.beside(t.path))
             shipped = builtin_head(t)[1] if kind == "mtp" and not t.mtp_tensors else None
             if kind == "mtp" and not (t.mtp_tensors or beside or shipped

@@ -272,3 +272,20 @@ def test_measuring_again_can_be_stopped_and_keeps_the_earlier_table(models, tmp_
     statuses = list(again)
     assert statuses[-1].message.startswith("Measuring the drafter's speed: Draft model")
     assert kept.read_bytes() != before and "only the first time" not in statuses[1].message
+
+
+def test_a_slow_machine_keeps_the_main_pass_sizes_within_the_time_budget(models):
+    from app.engine.calibration_measure import WIDE_SIZES, measure_target
+    from app.engine.models import load_model
+
+    target = load_model(models["target"])
+    sweep = measure_target(target, budget_s=0.0)  # every optional pass is over budget
+    steps = []
+    while True:
+        try:
+            steps.append(next(sweep))
+        except StopIteration as end:
+            cal = end.value
+            break
+    assert cal.contexts == (16,) and cal.sizes == (WIDE_SIZES,)
+    assert steps[-1].fraction == 1.0 and cal.verify_cost(4, 16) >= 1.0

@@ -3,11 +3,12 @@ drafter's proposal cost.
 
 ``measure_target`` is a generator: it yields ``Step`` items (for progress shown to the person)
 and returns the ``Calibration``; use it as ``cal = yield from measure_target(...)``. It feeds
-dummy tokens, so it needs no prompt: at the smallest context it times most pass sizes up to
-``MAX_PASS``, then reads more dummy tokens to reach each longer context and times a few
-sizes there. Longer contexts are measured while the model's context allows them and the time
-spent stays within ``budget_s`` (a slow machine keeps fewer). Every pass is rewound with the
-target's own rollback, so the sweep works on every cache kind decoding supports.
+dummy tokens, so it needs no prompt: at the smallest context it times a few pass sizes up to
+``MAX_PASS`` and, while the time budget allows, the sizes between them; then it reads more
+dummy tokens to reach each longer context and times a few sizes there. Longer contexts are
+measured while the model's context allows them and the time spent stays within ``budget_s``
+(a slow machine keeps fewer). Every pass is rewound with the target's own rollback, so the
+sweep works on every cache kind decoding supports.
 """
 
 from __future__ import annotations
@@ -86,17 +87,25 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
             done += 1
             yield Step(done, total)
         times: dict[int, float] = {}
-        for _ in range(repeats):
-            for n in plan:
-                times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
-                done += 1
-                yield Step(done, total)
+        # the sizes every row has first; the first row's in-between sizes while time allows
+        core = [n for n in plan if n in WIDE_SIZES]
+        for group in (core, [n for n in plan if n not in WIDE_SIZES]):
+            for _ in range(repeats):
+                for n in group:
+                    if n not in times and group is not core and _past(
+                            started, budget_s, _between(times, n) * repeats):
+                        done += 1
+                        continue
+                    times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
+                    done += 1
+                    yield Step(done, total)
+        kept = sorted(times)
         top, row = 0.0, []
-        for n in plan:  # a wider pass never costs less (timing noise): a running maximum
+        for n in kept:  # a wider pass never costs less (timing noise): a running maximum
             top = max(top, times[n])
             row.append(top)
         measured_ctx.append(ctx)
-        sizes.append(plan)
+        sizes.append(kept)
         rows.append(row)
     del cache
     yield Step(total, total)
@@ -142,6 +151,16 @@ def _pass_ms(target: LoadedModel, rb: Any, cache: list[Any], n: int) -> float:
     ms = (time.perf_counter() - t0) * 1e3
     rb.rewind(cache, tokens, keep=0)
     return ms
+
+
+def _past(started: float, budget_s: float, more_ms: float) -> bool:
+    return time.perf_counter() - started + more_ms / 1e3 > budget_s
+
+
+def _between(times: dict[int, float], n: int) -> float:
+    """A pass of ``n`` tokens estimated from the nearest wider one timed."""
+    wider = [m for m in times if m >= n]
+    return times[min(wider)] if wider else max(times.values())
 
 
 def _over_budget(started: float, budget_s: float, to_read: int, plan: list[int],

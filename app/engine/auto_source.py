@@ -28,9 +28,6 @@ from app.engine.proposal import Proposal
 from app.engine.proposals import Pick, ProposalSource
 from app.engine.taps import Hidden, TapRequest
 
-AUTO = "auto"
-
-
 @dataclass
 class Member:
     """One proposal source of the auto kind."""
@@ -46,10 +43,10 @@ class Fleet(Drafter):
     """The members as one drafter for the round loop and the prompt cache: the prompt and
     every step's committed tokens and target rows go to each of them."""
 
-    kind = AUTO
     adaptive_width = False
 
-    def __init__(self, members: list[Member]):
+    def __init__(self, members: list[Member], kind: str):
+        self.kind = kind  # the combining kind's name (timings, kept states)
         self.members = members
         taps: TapRequest | None = None
         for m in members:
@@ -106,8 +103,8 @@ class Fleet(Drafter):
 
 
 class AutoSource(ProposalSource):
-    def __init__(self, members: list[Member], policy: AutoPolicy, *, rule: str):
-        self.fleet = Fleet(members)
+    def __init__(self, members: list[Member], policy: AutoPolicy, *, rule: str, kind: str):
+        self.fleet = Fleet(members, kind)
         super().__init__(drafter=self.fleet, rule=rule,
                          width=max((m.width for m in members), default=0))
         self.members = {m.name: m for m in members}

@@ -49,6 +49,7 @@ from app.engine.stopping import StopMatcher
 from app.engine.taps import Hidden
 from app.engine.verify import verify
 from app.engine.width import WidthPolicy
+from app.kinds import OFF
 
 
 class RoundLoop:
@@ -352,7 +353,7 @@ class RoundLoop:
         predicted_ms = (t_end - t_prefill) * 1e3
         n = len(self.output)
         n_rounds = len(self.rounds)
-        drafter_kind = self.drafter.kind if self.drafter is not None else "none"
+        drafter_kind = self.drafter.kind if self.drafter is not None else OFF
         return Timings(
             prompt_n=self.prefilled - self.reused,
             cache_n=self.reused,

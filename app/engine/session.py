@@ -25,12 +25,15 @@ from typing import Any
 
 import mlx.core as mx
 
+from app import kinds
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app.engine import registry, rollback
+from app.engine import rollback
 from app.engine.decode import RoundLoop
+from app.engine.drafter_context import DrafterContext
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
+    RULE_NONE,
     DoneEvent,
     Event,
     GenerationRequest,
@@ -40,9 +43,9 @@ from app.engine.events import (
 )
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
-from app.engine.registry import DrafterContext
 from app.engine.reuse import Turn
 from app.engine.validation import validate
+from app.engine.verify import choose_rule
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
@@ -50,12 +53,20 @@ class Session:
     def __init__(self, *, precision: str = "auto"):
         self.precision = precision
         self.target: LoadedModel | None = None
-        self.draft: LoadedModel | None = None
-        self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
+        # what each kind loaded for this target (a draft model, a head, a drafter network),
+        # by kind name: only the Session writes it, through the kind's plugin
+        self.assets: dict[str, Any] = {}
+        self.draft_kind: str | None = None  # the kind whose draft folder is loaded
         self._warm: set[tuple[str, int]] = set()
         self._costs: dict[tuple[str, int], dict[str, float]] = {}
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
         self.dropped_turns = 0  # turns the last request left out to fit the context
+
+    @property
+    def draft(self) -> LoadedModel | None:
+        """The loaded draft folder when it is a model of its own (name, path, weights)."""
+        held = self.assets.get(self.draft_kind) if self.draft_kind else None
+        return held if isinstance(held, LoadedModel) else None
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -65,32 +76,45 @@ class Session:
         return self.target
 
     def load_draft(self, name_or_path: str | Path) -> Any:
-        """A draft folder: a DFlash drafter (kept in ``assets["dflash"]``) or a small LM
-        for the full-model kind. Returns what was loaded."""
+        """A draft folder, for the kind that recognises it (a DFlash drafter, a small LM...).
+        Returns what was loaded."""
         if self.target is None:
             raise ModelLoadError("Load a target model before its draft.")
-        if _is_dflash_folder(name_or_path):
-            mod = registry.module("dflash")
-            if mod is None:
-                raise ModelLoadError(registry.not_supported("dflash") + ".")
-            self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
-            self._forget_warm("dflash")
-            return self.assets["dflash"]
-        draft = load_model(resolve_model(name_or_path), precision=self.precision)
-        problem = token_id_problem(self.target.path, draft.path)
-        if problem:
-            raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
-        self.draft = draft
-        self._forget_warm("full-model")
+        folder = resolve_model(name_or_path)
+        plugin = kinds.for_folder(_read_config(folder))
+        if plugin is None:
+            raise ModelLoadError(f"No draft kind of this DraftPair reads {folder.name}.")
+        try:
+            held = plugin.load_folder(folder, self.target, precision=self.precision)
+        except ModuleNotFoundError as exc:
+            raise ModelLoadError(_not_supported(plugin) + ".") from exc
+        self.assets[plugin.name] = held
+        self.draft_kind = plugin.name
+        self._forget_warm(plugin.name)
         self.prompt_cache.clear()
-        return draft
+        return held
+
+    def load_for(self, kind: str, name_or_path: str | Path) -> Any:
+        """Load a folder for one kind explicitly (e.g. a head folder instead of the one in the
+        target's files) and hold it; the draft folder (``load_draft``) is left as it is."""
+        if self.target is None:
+            raise ModelLoadError("Load a target model before its draft.")
+        plugin = kinds.get(kind)
+        held = plugin.load_folder(resolve_model(name_or_path), self.target,
+                                  precision=self.precision)
+        self.assets[plugin.name] = held
+        self._forget_warm(plugin.name)
+        self.prompt_cache.clear()
+        return held
 
     def unload_draft(self) -> None:
+        """Drop every draft folder's weights (a head in the target's own files stays)."""
         self.prompt_cache.clear()
-        self.draft = None
-        self.assets.pop("dflash", None)
-        self._forget_warm("full-model")
-        self._forget_warm("dflash")
+        for plugin in kinds.plugins():
+            if plugin.needs_draft_folder:
+                self.assets.pop(plugin.name, None)
+                self._forget_warm(plugin.name)
+        self.draft_kind = None
 
     def _forget_warm(self, kind: str) -> None:
         self._warm = {w for w in self._warm if w[0] != kind}
@@ -98,21 +122,54 @@ class Session:
     def unload(self) -> None:
         self.prompt_cache.clear()
         self.target = None
-        self.draft = None
+        self.draft_kind = None
         self.assets.clear()
         self._warm.clear()
         mx.clear_cache()
 
-    def context(self, request: GenerationRequest | None = None) -> DrafterContext | None:
+    def context(self, request: GenerationRequest | None = None,
+                kind: str | None = None) -> DrafterContext | None:
+        """What ``kind``'s plugin reads (the target, the request, that kind's assets)."""
         if self.target is None:
             return None
-        return DrafterContext(target=self.target, draft=self.draft,
-                              request=request or GenerationRequest(), assets=self.assets)
+        request = request or GenerationRequest()
+        return DrafterContext(target=self.target, request=request,
+                              asset=self.assets.get(kind or request.draft_kind))
+
+    def unavailable(self, kind: str, request: GenerationRequest | None = None) -> str | None:
+        """Why ``kind`` cannot run with what is loaded (None if it can); loads nothing."""
+        plugin = kinds.get(kind)
+        ctx = self.context(request, kind)
+        if ctx is None:
+            return "no target model is loaded"
+        if not plugin.proposes:
+            return None
+        try:
+            return plugin.unavailable(ctx)
+        except ModuleNotFoundError:
+            return _not_supported(plugin)
 
     def available_kinds(self) -> dict[str, str | None]:
         """Each draft kind -> None if it can run with what is loaded, else the reason."""
-        ctx = self.context()
-        return {k: registry.unavailable(k, ctx) for k in registry.KINDS}
+        return {k: self.unavailable(k) for k in kinds.names()}
+
+    def make_drafter(self, request: GenerationRequest) -> Drafter | None:
+        """A fresh drafter for the request's kind (None when it proposes nothing), loading
+        and holding the kind's assets first when it has none yet."""
+        plugin = kinds.get(request.draft_kind)
+        if not plugin.proposes or self.target is None:
+            return None
+        if self.assets.get(plugin.name) is None:
+            ctx = self.context(request, plugin.name)
+            assert ctx is not None
+            held = plugin.load_assets(ctx)
+            if held is not None:
+                self.assets[plugin.name] = held
+        ctx = self.context(request, plugin.name)
+        assert ctx is not None
+        drafter = plugin.make(ctx)
+        drafter.kind = plugin.name  # one source for the name timings and kept states carry
+        return drafter
 
     # -- prompts ----------------------------------------------------------------------
     def context_length(self) -> int | None:
@@ -189,11 +246,11 @@ class Session:
             yield NoticeEvent("context-trimmed", f"The {self.dropped_turns} oldest messages were "
                               "left out so the conversation fits the model's context.")
         kind = req.draft_kind
+        plugin = kinds.get(kind)
         fallback: str | None = None
-        ctx = self.context(req)
-        reason = registry.unavailable(kind, ctx) if kind != "none" else None
-        width = req.draft_width or registry.spec(kind).default_width
-        if reason is None and kind != "none":
+        reason = self.unavailable(kind, req) if plugin.proposes else None
+        width = req.draft_width or plugin.default_width
+        if reason is None and plugin.proposes:
             problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
@@ -202,8 +259,8 @@ class Session:
                 raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")
             fallback = f"{kind} unavailable: {reason}"
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
-            kind = "none"
-        drafter = registry.make(kind, ctx) if kind != "none" else None
+            kind, plugin = kinds.OFF, kinds.get(kinds.OFF)
+        drafter = self.make_drafter(req) if plugin.proposes else None
         width = width if drafter is not None else 0
         if drafter is not None and (kind, width) not in self._warm:
             yield StatusEvent("warmup", f"preparing verify widths 1..{width + 1}")
@@ -214,7 +271,8 @@ class Session:
             costs = self._costs[(kind, width)]
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
-        rule = registry.rule_for(kind, req.sampling)
+        rule = (choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
+                if plugin.proposes else RULE_NONE)
         turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt,
                     make_cache(self.target), drafter, width, req.conversation)
         loop = RoundLoop(
@@ -259,34 +317,18 @@ class Session:
         return {"verify_slope": slope, "draft_cost": draft_ms / one}
 
 
-def _is_dflash_folder(name_or_path: str | Path) -> bool:
+def _read_config(folder: Path) -> dict[str, Any]:
+    """A folder's config.json, or {} when it has none or it is unreadable (the loader then
+    says so plainly)."""
     import json
 
     try:
-        cfg = resolve_model(name_or_path) / "config.json"
-    except Exception:  # not found: load_model says so plainly
-        return False
-    if not cfg.is_file():
-        return False
-    try:
-        config = json.loads(cfg.read_text())
+        config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        return False
-    from app.checkpoints.inspect import dflash_config
-
-    return isinstance(config, dict) and dflash_config(config) is not None
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
-def token_id_problem(target: Path, draft: Path) -> str | None:
-    """Why the draft's token ids would mean something else to the target (None if they agree).
+def _not_supported(plugin: kinds.KindPlugin) -> str:
+    return f"drafting with {plugin.label} is not supported by this version of DraftPair yet"
 
-    The pairing check is the one definition of tokenizer compatibility; only its tokenizer and
-    vocabulary blockers stop a load (memory or cache findings are reported elsewhere).
-    """
-    from app.checkpoints.pairing import BLOCKER, check
-
-    report = check(target, draft, kind="full-model")
-    for f in report.findings:
-        if f.severity == BLOCKER and f.code.split(".")[0] in ("tokenizer", "vocab"):
-            return f"{f.message} ({f.detail})" if f.detail else f.message
-    return None

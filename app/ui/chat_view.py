@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
 from app.ui.chat_conversations import ConversationsPanel
 from app.ui.chat_draft import DraftSection, model_line, template_note
 from app.ui.chat_reply_settings import ReplySettingsPanel
@@ -222,7 +223,7 @@ class ChatView(View):
         has_reply = any(m.role == "assistant" for m in self._messages()) if self.conv_id else False
         self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
-        self.width_spin.setEnabled(not busy and self.spec_combo.kind() != "none")
+        self.width_spin.setEnabled(not busy and not kinds.is_off(self.spec_combo.kind()))
         if not busy and not self.client.busy_loading:
             if not self.client.state.target:
                 self.state_label.setText("No model loaded: choose one in Models.")
@@ -460,7 +461,7 @@ class ChatView(View):
         self.settings.draft_kind = kind
         self.draft_section.sync_kind(kind)
         self.model_label.setText(model_line(self.client.state, kind))
-        self.width_spin.setEnabled(kind != "none" and self.job is None)
+        self.width_spin.setEnabled(not kinds.is_off(kind) and self.job is None)
         reason = self.spec_combo.unavailable_reason()
         if reason:
             self.state_label.setText(

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
 from app.ui.compare_card import card_html
 from app.ui.compare_model import WARMUP_TOKENS, CpuMeter, PlannedRun, RunResult, plan, summarize
 from app.ui.format import KIND_LABELS
@@ -318,7 +319,7 @@ class CompareView(View):
             )
         return GenerationRequest(
             prompt=meta["prompt"],
-            draft_kind=meta["kind"] if run.mode == "on" else "none",
+            draft_kind=meta["kind"] if run.mode == "on" else kinds.OFF,
             draft_width=meta["width"],
             sampling=SamplingParams(temperature=0.0),
             max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
@@ -398,7 +399,8 @@ class CompareView(View):
 
     def _show_summary(self, *, partial: bool, contention: float | None = None) -> None:
         remote = self._request_meta.get("remote")
-        local_draft = self._request_meta.get("kind") == "full-model" and not remote
+        plugin = kinds.find(self._request_meta.get("kind"))
+        local_draft = plugin is not None and plugin.draft_is_lm and not remote  # its weights
         draft_bytes = self.client.state.draft_bytes if local_draft else 0
         s = summarize(self.results, draft_weights_bytes=draft_bytes, cpu_contention=contention)
         self.summary = s

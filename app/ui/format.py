@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from app.kinds import LABELS
+from app import kinds
 from app.units import format_bytes, format_params  # noqa: F401 - re-exported for the views
 
-KIND_LABELS = LABELS
+
+class _KindLabels(Mapping[str, str]):
+    """Draft kind -> UI label, read from the kind registry each time (kinds registered at run
+    time included)."""
+
+    def __getitem__(self, kind: str) -> str:
+        plugin = kinds.find(kind)
+        if plugin is None:
+            raise KeyError(kind)
+        return plugin.label
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(kinds.names())
+
+    def __len__(self) -> int:
+        return len(kinds.names())
+
+
+KIND_LABELS: Mapping[str, str] = _KindLabels()
 
 FINISH_LABELS = {
     "stop": "end of reply",
@@ -56,15 +75,15 @@ def stats_line(s: dict[str, Any]) -> str:
     if s.get("cache_n"):  # what the time to first token covered: prompt read vs reused
         ttft += f" ({s.get('prompt_n', 0):,} prompt tokens read, {s['cache_n']:,} reused)"
     parts = [f"{s.get('tok_s', 0):.1f} tok/s", ttft]
-    kind = s.get("draft_kind", "none")
-    if kind != "none":
+    kind = s.get("draft_kind", kinds.OFF)
+    if not kinds.is_off(kind):
         n, a = s.get("draft_n", 0), s.get("draft_n_accepted", 0)
         pct = f" ({100 * a / n:.0f}%)" if n else ""
         parts.append(f"accepted {a}/{n}{pct}")
         if s.get("copy_accepted"):
             parts.append(f"{s['copy_accepted']} of them copied from the context")
         parts.append(f"mean accepted {s.get('accept_len_mean', 0):.2f}/round")
-    parts.append(KIND_LABELS.get(kind, kind) if kind != "none" else "no speculation")
+    parts.append(KIND_LABELS.get(kind, kind) if not kinds.is_off(kind) else "no speculation")
     parts.append(FINISH_LABELS.get(s.get("finish_reason", ""), s.get("finish_reason", "")))
     if s.get("exact") is False:
         parts.append("lossy mode")
@@ -73,11 +92,11 @@ def stats_line(s: dict[str, Any]) -> str:
 
 def fallback_line(s: dict[str, Any]) -> str | None:
     """Why speculation did not run although it was asked for (None when it ran or was off)."""
-    requested = s.get("requested_kind", "none")
-    if requested == "none":
+    requested = s.get("requested_kind", kinds.OFF)
+    if kinds.is_off(requested):
         return None
     if s.get("fallback"):
         return f"Speculation did not run: {s['fallback']}."
-    if s.get("draft_kind") == "none" and s.get("finish_reason") != "error":
+    if kinds.is_off(s.get("draft_kind", "")) and s.get("finish_reason") != "error":
         return f"Speculation ({KIND_LABELS.get(requested, requested)}) did not run."
     return None

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.kinds import KINDS
+from app import kinds as draft_kinds
 from app.ui.format import KIND_LABELS
 
 
@@ -71,17 +71,17 @@ class Banner(QFrame):
 
 
 class SpecCombo(QComboBox):
-    """Off / Draft model / Prompt lookup / MTP / DFlash; unavailable kinds disabled with why."""
+    """Every registered draft kind by its label (Off first); unavailable kinds disabled with
+    why, each kind's plain explanation as its tooltip."""
 
     kind_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None, *, include_off: bool = True):
         super().__init__(parent)
-        kinds = list(KINDS)
-        if not include_off:
-            kinds.remove("none")
-        for kind in kinds:
-            self.addItem(KIND_LABELS[kind], kind)
+        for plugin in draft_kinds.plugins():
+            if plugin.proposes or include_off:
+                self.addItem(plugin.label, plugin.name)
+                self.setItemData(self.count() - 1, _tip(plugin), Qt.ItemDataRole.ToolTipRole)
         self.currentIndexChanged.connect(lambda _i: self.kind_changed.emit(self.kind()))
         self._reasons: dict[str, str | None] = {}
 
@@ -101,21 +101,27 @@ class SpecCombo(QComboBox):
         for i in range(self.count()):
             kind = self.itemData(i)
             item = model.item(i)
-            reason = reasons.get(kind) if kind != "none" else None
+            reason = reasons.get(kind) if not draft_kinds.is_off(kind) else None
             item.setEnabled(reason is None)
             label = KIND_LABELS[kind]
             item.setText(label if reason is None else f"{label} — unavailable")
-            item.setToolTip(reason[0].upper() + reason[1:] + "." if reason else "")
+            item.setToolTip(reason[0].upper() + reason[1:] + "." if reason
+                            else _tip(draft_kinds.get(kind)))
         self.setToolTip(self.reason_text())
 
     def reason_text(self) -> str:
         reason = self._reasons.get(self.kind())
-        if reason and self.kind() != "none":
+        if reason and not draft_kinds.is_off(self.kind()):
             return f"{KIND_LABELS[self.kind()]} cannot run: {reason.rstrip('.')}."
         return "How the reply is sped up. Unavailable choices say why in their tooltip."
 
     def unavailable_reason(self) -> str | None:
-        return self._reasons.get(self.kind()) if self.kind() != "none" else None
+        return self._reasons.get(self.kind()) if not draft_kinds.is_off(self.kind()) else None
+
+
+def _tip(plugin: draft_kinds.KindPlugin) -> str:
+    """A kind's plain explanation, with its technical name for those who know it."""
+    return f"{plugin.explanation} ({plugin.technical})" if plugin.technical else plugin.explanation
 
 
 def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> None:

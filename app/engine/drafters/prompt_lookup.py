@@ -20,7 +20,7 @@ from app.engine.events import SamplingParams
 from app.engine.taps import Hidden
 
 if TYPE_CHECKING:
-    from app.engine.registry import DrafterContext
+    from app.engine.drafter_context import DrafterContext
 
 
 class NgramIndex:
@@ -59,7 +59,6 @@ class NgramIndex:
 
 
 class PromptLookupDrafter(Drafter):
-    kind = "prompt-lookup"
     stochastic = False
     adaptive_width = False  # sizes its proposals from the lookups themselves
 

@@ -28,13 +28,17 @@ demo: setup
 run: setup
 	$(PY) -m app
 
-# The import contracts (pyproject.toml [tool.importlinter]) first, then the suite.
+# The import contracts (pyproject.toml [tool.importlinter]), ruff and mypy (pyproject.toml
+# [tool.mypy]) first, then the suite.
 test: setup
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check app tests
+	$(VENV)/bin/mypy
 	QT_QPA_PLATFORM=offscreen $(PY) -m app.engine.platform exec -- $(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests
+	$(VENV)/bin/mypy
 
 bench-quick: setup
 	$(PY) -m app bench --quick --out bench-out

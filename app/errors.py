@@ -146,6 +146,8 @@ def _message(exc, folder, file, model_type) -> str:
 
 
 def _os_message(exc: OSError, where: str | Path | None) -> str:
+    if getattr(exc, "plain_sentence", False):
+        return str(exc)
     place = str(exc.filename) if exc.filename else (str(where) if where else "A file")
     code = exc.errno
     if isinstance(exc, FileNotFoundError) or code == errno.ENOENT:

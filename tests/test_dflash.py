@@ -367,16 +367,15 @@ def _demo_dflash_ready() -> bool:
                                                      "not present")
 def test_demo_dflash_uses_the_shipped_drafter_with_no_flag(monkeypatch):
     from app.demo.builtins import register_demo_models
-    from app.engine import width
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
+    from app.engine.width import FixedWidth
     from app.resources import resource_path
 
     # every round drafts: the drafter's proposals are under test, not the warm-up timings
     # the width policy would otherwise weigh them against
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
     register_demo_models()
-    s = Session()
+    s = Session(width_policy=FixedWidth)
     s.load_target("demo")
     req = dict(prompt="Write a message to a neighbor asking them to water my plants while "
                       "I am away.", max_tokens=48, chat=True)

@@ -75,7 +75,7 @@ def test_greedy_mtp_identical_to_plain(qwen, width):
                             chat=False)
     drafter = s.make_drafter(req)  # the session loads the head through the kind's plugin
     drafter.adaptive_width = False
-    loop = RoundLoop(target=s.target, drafter=drafter, prompt=prompt, request=req,
+    loop = RoundLoop.with_drafter(target=s.target, drafter=drafter, prompt=prompt, request=req,
                      rule="greedy", width=width, cancel=None)
     done = [e for e in loop.run() if isinstance(e, DoneEvent)][-1]
     assert done.token_ids == plain.token_ids
@@ -182,13 +182,12 @@ def _demo_ready() -> bool:
 @needs_taps
 @pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
 def test_demo_mtp_uses_the_shipped_head_and_its_setting(monkeypatch):
-    from app.engine import width
     from app.engine.session import Session
+    from app.engine.width import FixedWidth
 
     # every round proposes: whether the policy drafts at all depends on timings measured at
     # warm-up, and the head's proposals are what is under test here
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
-    s = Session()
+    s = Session(width_policy=FixedWidth)
     s.load_target("demo")
     req = dict(prompt="Explain in two sentences why the sky is blue.", max_tokens=32, chat=True)
     plain = [e for e in s.generate(GenerationRequest(**req, draft_kind="none"))][-1]
@@ -305,7 +304,7 @@ def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     prompt = s.encode(req)
     drafter = s.make_drafter(req)  # the session loads the head through the kind's plugin
     drafter.adaptive_width = False  # every step a round
-    loop = RoundLoop(target=s.target, drafter=drafter, prompt=prompt, request=req,
+    loop = RoundLoop.with_drafter(target=s.target, drafter=drafter, prompt=prompt, request=req,
                      rule="greedy", width=1, cancel=None)
     done = [e for e in loop.run() if isinstance(e, DoneEvent)][-1]
     engine = [r.accepted for r in done.rounds]

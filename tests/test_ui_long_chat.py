@@ -32,7 +32,7 @@ def window(qtbot, tmp_path, tiny_models):
         w.load_pair(str(tiny_models.target), "")
     yield w
     w.close()
-    assert not w.client.thread.isRunning()
+    assert not w.client.engine_thread.isRunning()
     ctx.chat_store.close()
 
 

@@ -18,12 +18,20 @@ class Recommendation:
     reason: str
 
 
+CLI_MORE_RUNS = f"measure with --runs {MIN_RUNS + 1} or more"
+
+
 def recommend_drafters(
-    report: Any, *, temperature: float = 0.0
+    report: Any, *, temperature: float = 0.0, more_runs: str = CLI_MORE_RUNS
 ) -> dict[str, Recommendation]:
     """Task kind -> the DraftPair drafter with the best median speedup among those judged
     "faster" on every task of that kind at ``temperature``; "none" otherwise (a drafter that
-    is only sometimes faster is not worth its risk, and a single run says nothing). ``report``: a ``BenchReport`` or its dict.
+    is only sometimes faster is not worth its risk, and a single run says nothing).
+
+    Args:
+        report: a ``BenchReport`` or its dict.
+        more_runs: how to get enough runs, in the words of the caller's controls (the CLI's
+            flag by default; the app speaks of its Runs box).
     """
     summary = report.summary if hasattr(report, "summary") else report.get("summary", {})
     rows = [
@@ -39,8 +47,7 @@ def recommend_drafters(
         if any(r["verdict"] == TOO_FEW for rs in per_drafter.values() for r in rs):
             out[task_kind] = Recommendation(
                 task_kind, kinds.OFF, 0, None,
-                f"too few runs to recommend a drafter (measure with --runs {MIN_RUNS + 1} "
-                "or more)",
+                f"too few runs to recommend a drafter ({more_runs})",
             )
             continue
         best: Recommendation | None = None

@@ -153,7 +153,7 @@ class _Runner:
     def __init__(self, session, result: SoakResult):
         self.session = session
         self.result = result
-        self.plain: dict[tuple, DoneEvent] = {}
+        self.plain: dict[tuple, DoneEvent | None] = {}
 
     def run(self, req: GenerationRequest, cancel_after: int | None = None, *,
             counted: bool = True) -> DoneEvent | None:

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from app import kinds as draft_kinds
+from app.bench.measure import paired_speedup
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
-from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, paired_speedup, verdict
+from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, verdict
 
 # (name, what, baseline condition, compared condition, task kinds or None for all, target)
 PLAIN_GOAL = ("plain-vs-mlx-lm", "plain decoding through DraftPair vs mlx_lm.stream_generate",

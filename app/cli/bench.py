@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Measure which drafter pays on which task, on this machine.")
     p.add_argument("--out", required=True, type=Path, help="folder for the report files")
     p.add_argument("--quick", action="store_true",
-                   help="about a minute: quick tasks, T=0, one run, short outputs")
+                   help="about a minute: quick tasks, T=0, one run, short outputs, no mlx-lm "
+                        "rows (add --peers for them)")
     p.add_argument("--model", default="demo", help="target: folder, store name or 'demo'")
     p.add_argument("--draft-model", help="draft folder (default: the demo draft, if shipped)")
     p.add_argument("--kinds", nargs="+", choices=kind_args.choices(), metavar="KIND",
@@ -37,8 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, help="cap every task's output length")
     p.add_argument("--width", action="append", type=_width_arg, default=[], metavar="KIND=N",
                    help=f"proposals per round for a kind (default {kind_args.widths()})")
-    p.add_argument("--no-peers", dest="peers", action="store_false",
-                   help="skip the mlx-lm peer rows")
+    peers = p.add_mutually_exclusive_group()
+    peers.add_argument("--no-peers", dest="peers", action="store_false", default=None,
+                       help="skip the mlx-lm peer rows (--quick skips them already)")
+    peers.add_argument("--peers", dest="peers", action="store_true", default=None,
+                       help="measure the mlx-lm peer rows also with --quick")
     p.add_argument("--contention-threshold", type=float, default=0.5, metavar="CORES",
                    help="flag a run when other processes used more than this many cores")
     p.add_argument("--reruns", type=int, help="re-runs of a flagged run (default 1; quick 0)")

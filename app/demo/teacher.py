@@ -64,8 +64,9 @@ def count_tokens(workdir: Path) -> tuple[int, int]:
 
 
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    from app.checkpoints.chat_prompt import chat_tokens
+
+    return chat_tokens(tokenizer, messages)
 
 
 def _prompt_key(p: dict) -> str:

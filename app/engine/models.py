@@ -11,8 +11,10 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
 from app.errors import ModelLoadError, technical_detail, user_message
+from app.fileio import JSON_LIMIT, read_regular_text, special_files
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -38,6 +40,16 @@ class LoadedModel:
         return int(self.config.get("vocab_size") or len(self.tokenizer.get_vocab()))
 
     @property
+    def embedding_rows(self) -> int:
+        """Token ids the model can read: the rows of its input embedding table. An id at or
+        past it would read memory past the table (MLX does not check), so callers refuse it."""
+        rows = self.extra.get("embedding_rows")
+        if rows is None:
+            rows = embedding_rows(self.model) or self.vocab_size
+            self.extra["embedding_rows"] = rows
+        return int(rows)
+
+    @property
     def eos_token_ids(self) -> set[int]:
         return set(self.tokenizer.eos_token_ids or [])
 
@@ -47,22 +59,44 @@ class LoadedModel:
         return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
 
 
+_EMBEDDING_NAMES = ("embed_tokens", "embeddings", "wte", "tok_embeddings", "word_embeddings")
+
+
+def embedding_rows(model: nn.Module) -> int | None:
+    """Rows of ``model``'s input embedding table (quantized tables keep one row per id), or
+    None when no known layout holds one."""
+    lm = getattr(model, "language_model", model)
+    for owner in (getattr(lm, "model", None), getattr(lm, "transformer", None), lm):
+        for name in _EMBEDDING_NAMES:
+            layer = getattr(owner, name, None) if owner is not None else None
+            weight = getattr(layer, "weight", None)
+            if isinstance(weight, mx.array) and weight.ndim == 2:
+                return int(weight.shape[0])
+    return None
+
+
 def validate_folder(path: Path) -> dict[str, Any]:
     """Cheap checks before handing a folder to mlx-lm; returns config.json."""
     if not path.exists():
         raise ModelLoadError(f"No model folder at {path}.")
     if not path.is_dir():
         raise ModelLoadError(f"{path} is a file; a model is a folder with config.json.")
+    for name, kind in special_files(path)[:1]:  # mlx-lm would open it and wait forever
+        raise ModelLoadError(f"{name} in {path} is {kind}, not an ordinary file, so "
+                             "DraftPair does not load this folder.")
     cfg_path = path / "config.json"
     if not cfg_path.exists() and not cfg_path.is_symlink():
         raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint.")
     try:
-        config = json.loads(cfg_path.read_text())
+        config = json.loads(read_regular_text(cfg_path, limit=JSON_LIMIT))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(user_message(exc, file=cfg_path),
                              detail=technical_detail(exc)) from None
     if not isinstance(config, dict):
         raise ModelLoadError(f"config.json in {path} is not a JSON object.")
+    problem = config_range_problem(config, f"config.json in {path}")
+    if problem:
+        raise ModelLoadError(problem)
     if "DFlashDraftModel" in (config.get("architectures") or []) or isinstance(
             config.get("dflash_config"), dict):
         raise ModelLoadError(
@@ -177,8 +211,13 @@ def load_model(
         raise explain_load_failure(exc, path) from None
     except Exception as exc:  # corrupt safetensors, missing tensors...
         raise explain_load_failure(exc, path) from None
-    try:
-        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    needs_code = remote_code_tokenizer(path)
+    if needs_code:
+        raise ModelLoadError(f"The tokenizer in {path} needs its own Python code ({needs_code}), "
+                             "which DraftPair never runs.")
+    try:  # never asks on the terminal whether to run the checkpoint's code: it does not
+        tokenizer = load_tokenizer(path, {"trust_remote_code": False},
+                                   eos_token_ids=config.get("eos_token_id"))
     except Exception as exc:
         raise ModelLoadError(tokenizer_failure(exc, path), detail=technical_detail(exc)) from None
 

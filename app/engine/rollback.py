@@ -37,6 +37,7 @@ from mlx_lm.models.cache import (
 
 from app.checkpoints.rewind_rules import config_problem, reason  # noqa: F401 - one verdict
 from app.engine import recurrent
+from app.engine.proposal import Proposal
 from app.errors import DraftPairError
 
 TRIMMED = (KVCache, QuantizedKVCache, ConcatenateKVCache, ChunkedKVCache)
@@ -187,6 +188,14 @@ class Rollback:
                 recurrent.stop()
         else:
             yield
+
+    def keep(self, cache: list[Any], fed: mx.array, n_pending: int, proposal: Proposal,
+             path: tuple[int, ...]) -> None:
+        """A verify pass fed the ``n_pending`` pending tokens then ``proposal``'s nodes; keep
+        the pending tokens and the nodes on the accepted ``path``."""
+        if path != tuple(range(len(path))) or not proposal.is_chain:
+            raise NotImplementedError("keeping a tree's path needs a gather of its rows")
+        self.rewind(cache, fed, keep=n_pending + len(path))
 
     def rewind(self, cache: list[Any], tokens: mx.array, keep: int) -> None:
         """The verify pass fed ``tokens``; keep the cache for the first ``keep`` of them."""

@@ -46,6 +46,19 @@ class Hidden:
         return Hidden(cut(self.final_prenorm), cut(self.final_postnorm),
                       {i: a[start:stop] for i, a in self.layers.items()})
 
+    def kept(self, n_pending: int, path: tuple[int, ...]) -> Hidden:
+        """Rows a verify pass keeps: its ``n_pending`` pending tokens' rows, then those of the
+        proposal nodes on the accepted ``path`` (a chain's path is a prefix: a slice)."""
+        if path == tuple(range(len(path))):
+            return self.rows(0, n_pending + len(path))
+        idx = mx.array([*range(n_pending), *(n_pending + i for i in path)], dtype=mx.uint32)
+
+        def take(a: mx.array | None) -> mx.array | None:
+            return None if a is None else mx.take(a, idx, axis=0)
+
+        return Hidden(take(self.final_prenorm), take(self.final_postnorm),
+                      {i: mx.take(a, idx, axis=0) for i, a in self.layers.items()})
+
     @property
     def n(self) -> int:
         for a in (self.final_prenorm, self.final_postnorm, *self.layers.values()):

@@ -19,13 +19,25 @@ from app.engine.events import (
     RULE_SAMPLE_MATCH,
     SamplingParams,
 )
+from app.engine.proposal import Proposal
 
 
 @dataclass(frozen=True)
 class Verdict:
     accepted: int
-    token: int  # the target's own token after the accepted prefix
-    proposals: tuple[int, ...]  # the proposals as host ints
+    token: int  # the target's own token after the accepted path
+    proposals: tuple[int, ...]  # every node's token as host ints
+    nodes: tuple[int, ...] | None = None  # the accepted path's nodes (None: a chain's first)
+
+    @property
+    def path(self) -> tuple[int, ...]:
+        """Indices of the accepted nodes, root first (a chain: ``0..accepted-1``)."""
+        return self.nodes if self.nodes is not None else tuple(range(self.accepted))
+
+    @property
+    def kept(self) -> list[int]:
+        """The accepted tokens and the target's own one: what the round commits."""
+        return [*(self.proposals[i] for i in self.path), self.token]
 
 
 def choose_rule(sampling: SamplingParams, stochastic_draft: bool) -> str:
@@ -43,7 +55,15 @@ def _first_mismatch(proposals: list[int], target: list[int]) -> int:
     return n
 
 
-def verify(
+def verify(rows: mx.array, proposal: Proposal, *, sampling: SamplingParams,
+           rule: str) -> Verdict:
+    """Apply ``rule`` to ``rows`` (``(k+1, V)``, processed) and a chain ``proposal``."""
+    if not proposal.is_chain:
+        raise NotImplementedError("tree proposals need a tree verify pass")
+    return verify_chain(rows, proposal.tokens, sampling=sampling, rule=rule, q=proposal.q)
+
+
+def verify_chain(
     rows: mx.array,
     proposals: mx.array,
     *,

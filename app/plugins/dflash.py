@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 class DFlash(KindPlugin):
     name = "dflash"
-    label = "DFlash"
-    explanation = "A drafter trained for this model guesses a whole block of words at once."
+    label = "Block drafter (DFlash)"
+    explanation = ("A small drafter made for this model guesses a whole block of tokens "
+                   "in one step, reading the model's own state.")
     technical = "DFlash"
     default_width = 16
     needs_draft_folder = True

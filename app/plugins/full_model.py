@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 class FullModel(KindPlugin):
     name = "full-model"
     label = "Draft model"
-    explanation = "A small model with the same words guesses ahead; the big one checks."
+    explanation = ("A small model with the same vocabulary guesses a few tokens; the "
+                   "large one checks them all at once.")
     technical = "full-model draft (a small causal LM with its own KV cache)"
     default_width = 4
     needs_draft_folder = True

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 class MTP(KindPlugin):
     name = "mtp"
-    label = "MTP head"
-    explanation = "A small prediction head that comes with the model guesses ahead."
+    label = "Built-in predictor (MTP)"
+    explanation = ("An extra layer trained with the model predicts the tokens after the "
+                   "next one; no separate draft model.")
     technical = "MTP"
     default_width = 4
     needs_taps = True

@@ -8,7 +8,7 @@ from app.kinds import OFF, KindPlugin
 class Off(KindPlugin):
     name = OFF
     label = "Off"
-    explanation = "Plain decoding, no drafter."
+    explanation = "Plain decoding: the model writes one token at a time."
     technical = "no speculation (target-only decoding)"
     default_width = 0
     proposes = False

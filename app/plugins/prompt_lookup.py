@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 class PromptLookup(KindPlugin):
     name = "prompt-lookup"
     label = "Prompt lookup"
-    explanation = "Copies from the prompt and reply; no model needed."
+    explanation = ("Guesses the next words by copying what followed the same words "
+                   "earlier in the chat; best when the reply repeats the text.")
     technical = "prompt lookup (n-gram match of the last tokens against prompt + output)"
     default_width = 7
     default_choice = True  # needs no model and suits every target

@@ -10,7 +10,6 @@ is not loaded asks for the pair to be loaded (``use_pair``); choosing a kind tel
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -27,7 +26,7 @@ def model_line(state: ModelState, kind: str) -> str:
     if not state.target:
         return "No model loaded"
     draft = f" + draft {state.draft}" if state.draft and uses_draft_model(kind) else ""
-    return f"<b>{html.escape(state.target)}</b>{html.escape(draft)}"
+    return f"{state.target}{draft}"
 
 
 def template_note(state: ModelState) -> str:

@@ -47,7 +47,9 @@ class Message:
     content: str
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from_draft)
     stats: dict[str, Any] = field(default_factory=dict)
-    status: str = "complete"  # complete | streaming | cancelled | error | interrupted
+    # complete | streaming | cancelled | error | interrupted | refused (a message of the person
+    # the model could not take: left out of later prompts until edited or sent again)
+    status: str = "complete"
 
 
 @dataclass

@@ -56,8 +56,8 @@ class LivePanels(QWidget):
     def __init__(self, parent: QWidget | None = None, *, colors: Colors = LIGHT):
         super().__init__(parent)
         self.colors = colors
-        self.rate_plot = _plot("Tokens per second (1 s window)", "tok/s", "seconds")
-        self.accept_plot = _plot("Accepted draft tokens per round", "tokens", "round")
+        self.rate_plot = _plot("Tokens/s (1 s window)", "tok/s", "seconds")
+        self.accept_plot = _plot("Accepted per round", "tokens", "round")
         self.mem_plot = _plot("Memory", "MB", "seconds")
         self.rate_plot.getPlotItem().enableAutoRange(y=False)
         self.accept_plot.getPlotItem().enableAutoRange(y=False)
@@ -70,6 +70,9 @@ class LivePanels(QWidget):
             lab.setWordWrap(True)
             lab.setTextFormat(Qt.TextFormat.RichText)
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            # room for three wrapped lines, so a narrow window never lays them over the plots
+            lab.setMinimumHeight(lab.fontMetrics().lineSpacing() * 3)
+            lab.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(8)

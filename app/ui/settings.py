@@ -54,6 +54,7 @@ class Settings:
     compare_kind: str = field(default_factory=kinds.default_choice)
     context_length: int = 4096
     context_policy: str = "refuse"  # chats over the model's context: refuse | drop-oldest
+    send_key: str = "enter"  # enter: Enter sends, Shift+Enter new line | ctrl-enter
     presets: list[Preset] = field(default_factory=lambda: list(DEFAULT_PRESETS))
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +98,8 @@ class Settings:
         self.compare_max_tokens = min(max(self.compare_max_tokens, 8), 4096)
         if self.theme not in ("system", "light", "dark"):
             self.theme = "system"
+        if self.send_key not in ("enter", "ctrl-enter"):
+            self.send_key = "enter"
         if self.context_policy not in ("refuse", "drop-oldest"):
             self.context_policy = "refuse"
         if self.draft_kind not in kinds.names():

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import kinds as draft_kinds
-from app.ui.format import KIND_LABELS
+from app.ui.format import KIND_LABELS, kind_tooltip
 
 
 class Banner(QFrame):
@@ -69,6 +69,13 @@ class Banner(QFrame):
         while self._layout.count():
             self._remove(self._layout.itemAt(0).widget())
 
+    def dismiss(self, box: QWidget) -> None:
+        """Take one message away (nothing happens when it is already gone)."""
+        from shiboken6 import isValid
+
+        if isValid(box) and self._layout.indexOf(box) >= 0:
+            self._remove(box)
+
 
 class SpecCombo(QComboBox):
     """Every registered draft kind by its label (Off first); unavailable kinds disabled with
@@ -81,7 +88,8 @@ class SpecCombo(QComboBox):
         for plugin in draft_kinds.plugins():
             if plugin.proposes or include_off:
                 self.addItem(plugin.label, plugin.name)
-                self.setItemData(self.count() - 1, _tip(plugin), Qt.ItemDataRole.ToolTipRole)
+                self.setItemData(self.count() - 1, kind_tooltip(plugin.name),
+                                 Qt.ItemDataRole.ToolTipRole)
         self.currentIndexChanged.connect(lambda _i: self.kind_changed.emit(self.kind()))
         self._reasons: dict[str, str | None] = {}
 
@@ -105,23 +113,24 @@ class SpecCombo(QComboBox):
             item.setEnabled(reason is None)
             label = KIND_LABELS[kind]
             item.setText(label if reason is None else f"{label} — unavailable")
-            item.setToolTip(reason[0].upper() + reason[1:] + "." if reason
-                            else _tip(draft_kinds.get(kind)))
+            why = reason[0].upper() + reason[1:] + "." if reason else ""
+            item.setToolTip(f"{why}\n{kind_tooltip(kind)}" if why else kind_tooltip(kind))
         self.setToolTip(self.reason_text())
 
     def reason_text(self) -> str:
         reason = self._reasons.get(self.kind())
         if reason and not draft_kinds.is_off(self.kind()):
             return f"{KIND_LABELS[self.kind()]} cannot run: {reason.rstrip('.')}."
-        return "How the reply is sped up. Unavailable choices say why in their tooltip."
+        return (f"How the reply is sped up. {_explain(self.kind())}\n"
+                "Unavailable choices say why in their tooltip.")
 
     def unavailable_reason(self) -> str | None:
         return self._reasons.get(self.kind()) if not draft_kinds.is_off(self.kind()) else None
 
 
-def _tip(plugin: draft_kinds.KindPlugin) -> str:
-    """A kind's plain explanation, with its technical name for those who know it."""
-    return f"{plugin.explanation} ({plugin.technical})" if plugin.technical else plugin.explanation
+def _explain(kind: str) -> str:
+    plugin = draft_kinds.find(kind)
+    return plugin.explanation if plugin is not None else ""
 
 
 def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.checkpoints.chat_prompt import chat_text
 from app.demo.train.workdir import DEFAULT_HEAD_SIZE
 from app.errors import DraftPairError
 
@@ -144,7 +145,7 @@ def special_ids(tok) -> list[int]:
     ids = set(int(i) for i in tok.eos_token_ids)
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "a"}]
-    text = tok.apply_chat_template(msgs, tokenize=False)
+    text = chat_text(tok, msgs, add_generation_prompt=False)
     ids.update(int(i) for i in tok.encode(text, add_special_tokens=False))
     ids.update(int(i) for i in tok.encode("\n\n", add_special_tokens=False))
     return sorted(ids)

@@ -215,6 +215,7 @@ class DFlashDrafter(Drafter):
         self.stops_early = adaptive
         self.calibration = calibration
         self._verify: dict[int, float] = {}
+        self._kept_rows: Hidden | None = None
 
     @property
     def block_size(self) -> int:
@@ -227,7 +228,15 @@ class DFlashDrafter(Drafter):
         self.cache = self.net.make_cache()
         self.rows, self.n_rows, self.n_cached, self.lost = [], 0, 0, False
         self.rounds = self.proposed = self.accepted = 0
+        kept, self._kept_rows = self._kept_rows, None
+        if kept is not None:  # a kept conversation: its rows enter the cache at the first round
+            self._take(kept)
         return []
+
+    def resume_rows(self, rows: Hidden) -> None:
+        """The drafter's context is rebuilt from the target's rows of the reused prefix: like
+        any rows not yet cached, they enter its cache in the next round's pass."""
+        self._kept_rows = rows
 
     def _take(self, hidden: Hidden | None) -> None:
         if hidden is None:

@@ -30,6 +30,7 @@ from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
 from app.engine.models import LoadedModel, dequantized_weight, make_cache
+from app.engine.prompt_cache import CachedState
 from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
 from app.engine.taps import Hidden
 from app.engine.width import DEFAULT_DRAFT_COST
@@ -139,14 +140,17 @@ class FullModelDrafter(Drafter):
         self.stops_early = bool(confidence_stop)
         self.max_width = max_width
         self.draft_step_ms: float | None = None
+        self._resume: CachedState | None = None
+        self._body: list[int] = []
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
         body = prompt[:-1]
+        self._body = body
         self.length = len(body)  # positions the draft cache holds
         # a kept conversation's cache (app.engine.reuse) may already hold a prefix of the body
-        kept, self.resume = getattr(self, "resume", None), None
+        kept, self._resume = self._resume, None
         if kept is not None and kept.tokens == body[: kept.n]:
             self.cache, first = kept.cache, kept.n
         else:  # sliding-window layers keep room for a round's writes, so rewinds stay exact
@@ -233,6 +237,19 @@ class FullModelDrafter(Drafter):
 
     def close(self) -> None:
         self.cache = None
+
+    # -- kept conversations --------------------------------------------------------------
+    keeps_state = True
+
+    def state_key(self, width: int) -> str:
+        return f"{self.kind}:{self.draft.path}:{width}"
+
+    def kept_state(self) -> CachedState | None:
+        """The draft cache after the prompt: it holds the prompt but its last token."""
+        return CachedState(list(self._body), self.cache) if self.cache is not None else None
+
+    def resume(self, state: CachedState) -> None:
+        self._resume = state
 
     def stats(self) -> dict[str, Any]:
         return {

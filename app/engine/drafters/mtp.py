@@ -55,6 +55,7 @@ class MTPDrafter(Drafter):
         self.stochastic = False
         self.sampling = SamplingParams()
         self.draft_step_ms: float | None = None
+        self._kept_rows: Hidden | None = None
         self._reset([])
         self.n_proposed = self.n_accepted = self.n_rounds = 0
 
@@ -112,7 +113,15 @@ class MTPDrafter(Drafter):
         self.sampling = sampling
         self.stochastic = not sampling.greedy
         self._reset(prompt)
+        kept, self._kept_rows = self._kept_rows, None
+        if kept is not None:  # a kept conversation: its rows, paired with the first chunk
+            self._add_rows(self._rows_of(kept))
         return []
+
+    def resume_rows(self, rows: Hidden) -> None:
+        """The head's cache is rebuilt from the target's rows of the reused prefix: they are
+        paired at the first prefill chunk, in the one head pass that pairs the chunk's."""
+        self._kept_rows = rows
 
     def prefill(self, tokens: list[int], hidden: Hidden | None) -> None:
         self._add_rows(self._rows_of(hidden))

@@ -25,10 +25,10 @@ from typing import Any
 
 import mlx.core as mx
 
+from app import kinds
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app import kinds
 from app.engine import proposals, rollback
 from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
 from app.engine.calibration_measure import (
@@ -40,6 +40,7 @@ from app.engine.calibration_measure import (
     needs_measuring,
 )
 from app.engine.decode import RoundLoop
+from app.engine.drafter_context import DrafterContext
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
     RULE_NONE,
@@ -54,7 +55,6 @@ from app.engine.lease import Lease
 from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
-from app.engine.drafter_context import DrafterContext
 from app.engine.reuse import ConversationLease
 from app.engine.taps import TapRequest
 from app.engine.validation import token_problem, validate

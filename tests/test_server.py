@@ -215,6 +215,30 @@ def test_requests_queue_then_get_429(client, server):
     assert results["b"][1] == reference[1]  # the queued request ran after the first, in full
 
 
+def test_a_queued_request_reports_its_wait_in_the_time_to_first_token(client, server):
+    running = _stream_until_tokens(client, server, 2)  # occupies the engine
+    results: dict[str, object] = {}
+
+    def queued() -> None:
+        results["b"] = _chat(client, server, kind="prompt-lookup", stream=False, max_tokens=4)
+
+    t = threading.Thread(target=queued)
+    t.start()
+    try:
+        _wait(lambda: server.engine.status()["waiting"] == 1, "the second request to queue")
+        seen_waiting = time.perf_counter()  # it arrived before this
+        for _ in range(5):  # the first request keeps the engine a while longer
+            next(iter(running))
+    finally:
+        freed = time.perf_counter()  # its first token comes after this
+        running.close()
+        t.join(60)
+    ttft_ms = results["b"][2]["ttft_ms"]
+    record = server.engine.records[-1]
+    assert ttft_ms >= (freed - seen_waiting) * 1e3
+    assert ttft_ms >= record.queued_ms > 0
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|demo|serve|soak]``.
+"""Headless entry point: ``draftpair [gui|generate|check|models|bench|doctor|calibrate|demo|
+serve|soak]``.
 
 Each sub-command lives in its own module exposing ``register(subparsers)``; modules import
 nothing heavy at module level so ``--help`` is instant. Errors reach the user as one line on
@@ -21,6 +22,7 @@ COMMANDS: dict[str, tuple[str, bool]] = {
     "models": ("app.cli.models", False),  # only `models convert` runs MLX
     "bench": ("app.cli.bench", True),
     "doctor": ("app.cli.doctor", True),
+    "calibrate": ("app.cli.calibrate", True),
     "demo": ("app.cli.demo", True),
     "serve": ("app.cli.serve", True),
     "long-chat": ("app.cli.long_chat", True),

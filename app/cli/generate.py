@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,7 @@ def _read_prompt(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from app.cli import EXIT_USAGE, CliError
 
+    submitted = time.perf_counter()  # time to first token counts from here: loading included
     kind = args.draft_kind or (kind_args.folder_kind(args.draft_model) if args.draft_model
                                else kinds.OFF)
     plugin = kinds.get(kind)
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         NoticeEvent,
         PrefillEvent,
         SamplingParams,
+        StatusEvent,
         TokenEvent,
     )
     from app.engine.session import Session
@@ -122,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         ngram_max=args.ngram_max,
         adaptive=args.adaptive,
         lookup_assist=args.lookup_assist,
+        submitted_at=submitted,
     )
     found = problems(request)  # before anything heavy is loaded
     if found:
@@ -143,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         elif isinstance(ev, PrefillEvent) and args.verbose:
             _progress(ev)
+        elif isinstance(ev, StatusEvent) and ev.stage == "warmup" and args.verbose:
+            _line(ev.message, done=ev.progress in (None, 1.0))
         elif isinstance(ev, NoticeEvent):
             print(f"draftpair: note: {ev.message}", file=sys.stderr)
         elif isinstance(ev, DoneEvent):
@@ -164,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
                 f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
                 file=sys.stderr,
             )
+            if t.warmup_ms:
+                print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
+                      f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",
+                      file=sys.stderr)
             if t.copy_rounds:
                 print(f"[{t.draft_kind}] prompt lookup copied from the context in "
                       f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
@@ -189,11 +199,13 @@ def _drafter_line(session: Session, kind: str) -> str | None:
 
 def _progress(ev) -> None:
     """Prompt-reading progress on stderr: one updating line on a terminal, else a line per step."""
-    line = (f"reading the prompt: {ev.done:,}/{ev.total:,} tokens, "
-            f"{ev.tokens_per_s:,.0f} tok/s")
+    _line(f"reading the prompt: {ev.done:,}/{ev.total:,} tokens, {ev.tokens_per_s:,.0f} tok/s",
+          done=ev.done >= ev.total)
+
+
+def _line(line: str, *, done: bool) -> None:
     if sys.stderr.isatty():
-        end = "\n" if ev.done >= ev.total else ""
-        sys.stderr.write(f"\r{line}{end}")
+        sys.stderr.write(f"\r{line}\033[K" + ("\n" if done else ""))
     else:
         sys.stderr.write(line + "\n")
     sys.stderr.flush()

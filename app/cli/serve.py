@@ -71,10 +71,11 @@ def run(args: argparse.Namespace) -> int:
     demo_kind = kinds.get(args.draft_kind) if args.draft_kind else kinds.for_folder({})
     if (draft is None and not args.no_draft and args.model == "demo" and demo_kind is not None
             and demo_kind.demo_draft):
-        from app.demo.target import demo_draft_available, demo_draft_path
+        from app.resources import resource_path
 
-        if demo_draft_available():
-            draft = str(demo_draft_path())
+        folder = resource_path(demo_kind.demo_draft)  # the kind's built-in draft for the demo
+        if (folder / "config.json").is_file():
+            draft = str(folder)
     config = ServerConfig(
         model=args.model, draft=draft, default_kind=args.draft_kind,
         default_width=args.draft_width, host=args.host, port=args.port, api_key=args.api_key,

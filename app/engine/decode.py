@@ -179,8 +179,9 @@ class RoundLoop:
                 for ev in emitted:
                     yield TokenEvent(index=ev[0], token_id=ev[1], text=ev[2], from_draft=ev[3],
                                      round_index=round_index)
-                if ttft_ms == 0.0 and emitted:
-                    ttft_ms = (time.perf_counter() - t_start) * 1e3
+                if ttft_ms == 0.0 and emitted:  # from the submission: every wait counts
+                    t_asked = req.submitted_at if req.submitted_at is not None else t_start
+                    ttft_ms = (time.perf_counter() - t_asked) * 1e3
                 t_obs = time.perf_counter()
                 if self.finish_reason is None:
                     self.source.observe(self.committed, pick, step.accepted, step.tokens,

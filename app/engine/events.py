@@ -59,12 +59,16 @@ class GenerationRequest:
     conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
     context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
     memory_interval_s: float = 0.25
+    # when the person asked (time.perf_counter()): Send, the request's arrival at the server,
+    # the command's start; time to first token counts from it. None: when generate() is called
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True)
 class StatusEvent:
     stage: str  # "prefill" | "warmup" | "decoding"
-    message: str = ""
+    message: str = ""  # plain words for the person waiting
+    progress: float | None = None  # 0..1 while a measured stage (warm-up) runs, else None
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,8 @@ class Timings:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     rollback_ms: float = 0.0
-    ttft_ms: float = 0.0
+    ttft_ms: float = 0.0  # from the request's submission: every wait before the first token
+    warmup_ms: float = 0.0  # of ttft_ms: measuring this machine's speed (only the first time)
     peak_memory_bytes: int = 0
     draft_width: int = 0
     acceptance_rule: str = RULE_NONE

@@ -29,6 +29,7 @@ class DFlash(KindPlugin):
     needs_taps = True
     stochastic = True
     scratch_width = 16
+    demo_draft = "demo-dflash"
     suggest_bonus = 5.0  # a drafter made for the target tends to pay best
 
     def recognises(self, config: dict[str, Any]) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from dataclasses import asdict
+import time
+from dataclasses import asdict, replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -103,10 +104,12 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         return await complete(request, chat=False)
 
     async def complete(request: Request, *, chat: bool) -> Response:
+        arrived = time.perf_counter()  # time to first token counts from the request's arrival
         authorize(request)
         body = parse_json(await read_body(request, limits.max_body_bytes,
                                           limits.body_timeout_s))
         parsed = (parse_chat if chat else parse_completion)(body, info, limits)
+        parsed = replace(parsed, request=replace(parsed.request, submitted_at=arrived))
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[object] = asyncio.Queue()
 

@@ -7,19 +7,26 @@ take once loaded (larger on the CPU, where they are float32) is in the tooltip, 
 
 from __future__ import annotations
 
+from app import kinds
 from app.ui.format import KIND_LABELS, format_bytes
 from app.ui.worker import ModelState
 
 
 def drafter_words(state: ModelState, kind: str) -> str:
     """The drafter in use for ``kind``, in words (the draft model only when the kind runs it)."""
-    if kind == "none":
+    if kinds.is_off(kind):
         return "no speculation"
-    if kind == "full-model":
+    if _runs_draft_model(kind):
         if not state.draft:
             return "draft model: none loaded"
         return f"draft model {state.draft} ({format_bytes(state.draft_disk_bytes)})"
     return KIND_LABELS.get(kind, kind)
+
+
+def _runs_draft_model(kind: str) -> bool:
+    """Whether the kind runs the loaded draft model (a causal LM of its own)."""
+    plugin = kinds.find(kind)
+    return plugin is not None and plugin.draft_is_lm
 
 
 def model_status(state: ModelState, kind: str) -> tuple[str, str]:
@@ -33,6 +40,7 @@ def model_status(state: ModelState, kind: str) -> tuple[str, str]:
     if state.draft:
         tip.append(f"Draft model {state.draft}: {format_bytes(state.draft_disk_bytes)} on disk, "
                    f"{format_bytes(state.draft_bytes)} in memory"
-                   + ("" if kind == "full-model" else " (not used by the chat's speculation now)"))
+                   + ("" if _runs_draft_model(kind)
+                      else " (not used by the chat's speculation now)"))
     tip.append(f"Chat speculation: {KIND_LABELS.get(kind, kind)}")
     return text, "\n".join(tip)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +358,8 @@ class EngineClient(QObject):
         self._unload_draft.emit()
 
     def submit(self, job: Job) -> Job:
+        if getattr(job.request, "submitted_at", 0.0) is None:  # Send: TTFT counts from here
+            job.request = replace(job.request, submitted_at=time.perf_counter())
         self.jobs[job.id] = job
         self._generate.emit(job)
         return job

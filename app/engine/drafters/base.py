@@ -70,7 +70,11 @@ class Drafter(abc.ABC):
         return self.step_cost if self.block else k * self.step_cost
 
     def warmup(self, widths: list[int]) -> None:  # noqa: B027 - optional hook
-        """Run each width once so that first-use costs are not timed."""
+        """Run each width once and time one drafting step (``draft_step_ms``)."""
+
+    def set_verify_costs(self, costs: dict[int, float]) -> None:  # noqa: B027 - optional hook
+        """The target's pass over ``n`` tokens in plain steps (``n -> cost``), from this
+        machine's calibration at the request's context, for drafters that size rounds."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release per-request state (caches)."""

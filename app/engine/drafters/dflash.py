@@ -379,30 +379,9 @@ class DFlashDrafter(Drafter):
             ms = (time.perf_counter() - t0) * 1e3
             best = ms if best is None else min(best, ms)
         self.draft_step_ms = best
-        if self.adaptive:
-            self._verify = self._measure_verify(self.cfg.block_size)
 
-    def _measure_verify(self, widest: int) -> dict[int, float]:
-        """Target passes of 1..widest tokens after a short prefix, relative to one token."""
-        from app.engine.models import make_cache
-
-        cache = make_cache(self.target)
-        mx.eval(self.target.model(mx.zeros((1, 16), mx.uint32), cache=cache))
-        ms: dict[int, float] = {}
-        for n in [*range(1, widest + 1), *range(1, widest + 1)]:
-            t0 = time.perf_counter()
-            mx.eval(self.target.model(mx.zeros((1, n), mx.uint32), cache=cache))
-            dt = (time.perf_counter() - t0) * 1e3
-            ms[n] = min(ms.get(n, dt), dt)
-            for c in cache:
-                c.trim(n)
-        one = max(ms[1], 1e-3)
-        # costs never fall with width (timing noise): a running maximum
-        out, top = {}, 1.0
-        for n in range(1, widest + 1):
-            top = max(top, ms[n] / one)
-            out[n] = top
-        return out
+    def set_verify_costs(self, costs: dict[int, float]) -> None:
+        self._verify = dict(costs)
 
     def close(self) -> None:
         self.cache, self.rows = [], []

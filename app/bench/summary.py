@@ -16,9 +16,12 @@ PLAIN_GOAL = ("plain-vs-mlx-lm", "plain decoding through DraftPair vs mlx_lm.str
 _BASELINES = {"off": OFF, "peer": PEER_SPEC}  # a kind's goal is against plain or the peer
 
 
-def goals() -> tuple[tuple[str, str, str, str, tuple[str, ...] | None, float], ...]:
+Goal = tuple[str, str, str, str, tuple[str, ...] | None, float]
+
+
+def goals() -> tuple[Goal, ...]:
     """The plain goal, then each draft kind's own (``KindPlugin.bench_goals``)."""
-    out = [PLAIN_GOAL]
+    out: list[Goal] = [PLAIN_GOAL]
     for p in draft_kinds.drafting():
         for suffix, what, base, task_kinds, target in p.bench_goals:
             out.append((f"{p.name}-{suffix}", what, _BASELINES[base], p.name, task_kinds,

@@ -384,16 +384,16 @@ class Session:
                 "draft_cost": drafter.step_cost if draft_cost is None else draft_cost}
 
     def recalibrate(
-        self, kinds: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
+        self, kind_names: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
         cancel: threading.Event | None = None,
     ) -> Generator[StatusEvent, None, Calibration | None]:
-        """Measure this machine again for the loaded target and the drafters of ``kinds``
+        """Measure this machine again for the loaded target and the drafters of ``kind_names``
         (those that run a model), keep the table and return it (None when stopped)."""
         assert self.target is not None
         cal = yield from self._measure_target(cancel, budget_s=budget_s)
         if cal is None:
             return None
-        for kind in kinds:
+        for kind in kind_names:
             plugin = kinds.get(kind)
             drafter = self.make_drafter(GenerationRequest(draft_kind=kind))
             if drafter is None or not needs_measuring(drafter):

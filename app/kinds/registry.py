@@ -13,6 +13,7 @@ import importlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from app.kinds.plugin import KindPlugin
 
@@ -134,7 +135,7 @@ def normalize(name: str) -> str:
     raise UnknownKind(name)
 
 
-def for_folder(config: dict) -> KindPlugin | None:
+def for_folder(config: dict[str, Any]) -> KindPlugin | None:
     """The kind a draft folder with this ``config.json`` is for: a kind that recognises it
     before the catch-all one (a folder any causal LM can be)."""
     folder_kinds = [p for p in plugins() if p.needs_draft_folder and p.recognises(config)]

@@ -266,7 +266,3 @@ def make(ctx: DrafterContext, default_width: int) -> FullModelDrafter:
     req = ctx.request
     return FullModelDrafter(draft, target_vocab=ctx.target.vocab_size, adaptive=req.adaptive,
                             max_width=req.draft_width or default_width)
-
-
-def unavailable(ctx: DrafterContext) -> str | None:
-    return None if ctx.asset is not None else "no draft model is loaded"

@@ -146,7 +146,3 @@ def make(ctx: DrafterContext) -> PromptLookupDrafter:
     req = ctx.request
     return PromptLookupDrafter(ngram_min=req.ngram_min, ngram_max=req.ngram_max,
                                adaptive=req.adaptive)
-
-
-def unavailable(ctx: DrafterContext) -> str | None:
-    return None

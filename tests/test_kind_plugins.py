@@ -183,3 +183,55 @@ def test_gui_pickers_offer_the_kind(fixed_kind, qtbot, tmp_path, tiny_models):
     finally:
         w.close()
         ctx.chat_store.close()
+
+
+def _demo_dflash_ready() -> bool:
+    from app.demo.target import demo_target_ready
+    from app.engine.drafters.dflash import DEMO_FOLDER
+    from app.resources import resource_path
+
+    return demo_target_ready() and (resource_path(DEMO_FOLDER) / "config.json").is_file()
+
+
+@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
+                                                     "not present")
+def test_asking_whether_kinds_can_run_loads_nothing():
+    """The state refresh after loading or unloading asks every kind; only a reply that uses a
+    kind makes the Session load (and hold) its weights."""
+    from app.demo.builtins import register_demo_models
+    from app.engine.events import DoneEvent, GenerationRequest
+    from app.engine.session import Session
+
+    register_demo_models()
+    s = Session()
+    s.load_target("demo")
+    dflash = kinds.for_folder({"architectures": ["DFlashDraftModel"]})
+    assert dflash is not None and dflash.needs_taps
+    reasons = s.available_kinds()
+    assert reasons[dflash.name] is None and s.assets == {}  # the demo drafter can run: unloaded
+    req = GenerationRequest(prompt="Hi", max_tokens=4, draft_kind=dflash.name,
+                            allow_fallback=False)
+    done = [e for e in s.generate(req) if isinstance(e, DoneEvent)][-1]
+    assert done.finish_reason != "error", done.error
+    assert s.assets.get(dflash.name) is not None  # loaded by the reply that used it
+    s.unload_draft()
+    assert dflash.name not in s.assets
+    assert s.available_kinds()[dflash.name] is None
+    assert dflash.name not in s.assets  # the refresh after unloading did not load it again
+
+
+def test_a_kind_whose_engine_code_is_missing_is_named_by_the_check(tiny_models):
+    from app.checkpoints.pairing import check
+
+    class Missing(FixedTokenKind):
+        name = "test-missing-runtime"
+        technical = "Missing-Runtime"
+
+        def engine_module(self) -> str | None:
+            return "app.engine.drafters.no_such_drafter"
+
+    with kinds.registered(Missing()):
+        report = check(tiny_models.target, None, kind="test-missing-runtime")
+    missing = [f for f in report.findings if f.code == "kind.runtime_missing"]
+    assert missing and "cannot run Missing-Runtime drafting" in missing[0].message
+    assert not report.works

@@ -289,3 +289,20 @@ def test_a_slow_machine_keeps_the_main_pass_sizes_within_the_time_budget(models)
             break
     assert cal.contexts == (16,) and cal.sizes == (WIDE_SIZES,)
     assert steps[-1].fraction == 1.0 and cal.verify_cost(4, 16) >= 1.0
+
+
+def test_a_table_measured_while_busy_is_measured_again_once_the_computer_is_idle(
+        models, tmp_path, monkeypatch):
+    from app.engine import session as session_mod
+
+    store = CalibrationStore(tmp_path / "cal")
+    key = target_key(models["target"], "float32")
+    store.save(new_table(models["target"], key, [16], [[1, 2]], [[1.0, 3.0]], 0.1, load=4.0))
+    assert store.load(models["target"], key).busy
+    s = Session(calibrations=CalibrationStore(tmp_path / "cal"))
+    monkeypatch.setattr(session_mod, "current_load", lambda: 3.0)  # still busy: keep it
+    s.load_target(models["target"])
+    assert s.calibration is not None and s.calibration.busy
+    monkeypatch.setattr(session_mod, "current_load", lambda: 0.1)  # idle now: measure again
+    s.load_target(models["target"])
+    assert s.calibration is None

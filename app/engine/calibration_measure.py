@@ -34,6 +34,7 @@ REPEATS = 2  # each pass timed this many times; the fastest counts (noise only a
 # reply keeps it short, ``draftpair calibrate`` takes its time
 BUDGET_S = 10.0
 CALIBRATE_BUDGET_S = 120.0
+IDLE_LOAD = 0.5  # runnable programs per CPU below which a table measured while busy is redone
 CALIBRATE_REPEATS = 3  # the command takes its time: one more try per pass against noise
 CHUNK = 512  # dummy tokens read per step on the way to a longer context
 
@@ -111,7 +112,7 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
     yield Step(total, total)
     return new_table(target.path, target_key(target.path, target.precision), measured_ctx,
                      sizes, _never_cheaper_later(sizes, rows), time.perf_counter() - started,
-                     load=_load())
+                     load=current_load())
 
 
 def _never_cheaper_later(sizes: list[list[int]], rows: list[list[float]]) -> list[list[float]]:
@@ -131,7 +132,7 @@ def _never_cheaper_later(sizes: list[list[int]], rows: list[list[float]]) -> lis
     return out
 
 
-def _load() -> float:
+def current_load() -> float:
     """How busy the computer was while measuring: runnable programs per CPU (1-minute load
     average; 0 where the system does not say)."""
     import os

@@ -34,8 +34,10 @@ from app.engine.calibration_measure import (
     BUDGET_S,
     CALIBRATE_BUDGET_S,
     CALIBRATE_REPEATS,
+    IDLE_LOAD,
     MAX_PASS,
     REPEATS,
+    current_load,
     measure_drafter,
     measure_target,
     needs_measuring,
@@ -85,8 +87,11 @@ class Session:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         rollback.for_target(self.target)  # the rewind strategy is chosen at load
-        self.calibration = self.calibrations.load(
-            self.target.path, target_key(self.target.path, self.target.precision))
+        cal = self.calibrations.load(self.target.path,
+                                     target_key(self.target.path, self.target.precision))
+        if cal is not None and cal.busy and current_load() < IDLE_LOAD:
+            cal = None  # measured while other programs ran: measured again now it is idle
+        self.calibration = cal
         return self.target
 
     def load_draft(self, name_or_path: str | Path) -> Any:

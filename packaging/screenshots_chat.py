@@ -45,6 +45,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "resources" / "screenshots")
     ap.add_argument("--suffix", default=None, help="file name suffix (default: -WxH)")
     ap.add_argument("--kind", default="", help="speculation for the second reply")
+    ap.add_argument("--refused", action="store_true",
+                    help="end with a refused over-long message and an edit under way")
     args = ap.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     suffix = f"-{width}x{height}" if args.suffix is None else args.suffix
@@ -93,6 +95,13 @@ def main() -> int:
     chat.input.setPlainText(SECOND)
     chat.send()
     wait(chat.reply_finished)
+    if args.refused:  # what a refused message and an edit look like
+        chat.input.setPlainText(" ".join(["a very long paste"] * 3000))
+        chat.send()
+        wait(chat.reply_finished)
+        refused = chat.store.messages(chat.conv_id)[-1]
+        chat.messages_ui.edit(refused.id)
+        chat.input.setPlainText("A shorter version of the long paste.")
     pause(800)
     print("window", w.width(), "x", w.height(), "minimum", w.minimumSizeHint().width(), "x",
           w.minimumSizeHint().height(), "screen", width, "x", height)

@@ -207,7 +207,11 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     expected = statistics.median(a / b for a, b in zip(tps("prompt-lookup"), tps("off"),
                                                        strict=True))
     assert row["speedup"] == pytest.approx(expected)
-    assert row["verdict"] == verdict(tps("prompt-lookup"), tps("off"))
+    # the verdict by its fixed rule, worked out here (2 runs a side: enough for one)
+    on_tps, off_tps = tps("prompt-lookup"), tps("off")
+    expected_verdict = (FASTER if min(on_tps) > max(off_tps)
+                        else SLOWER if max(on_tps) < min(off_tps) else UNCLEAR)
+    assert row["verdict"] == expected_verdict
     # threshold 1e9 flags nothing, but load-matching only looks at the recorded loads
     assert all(x > 0 for x in row["matched_ratios"]) and len(row["matched_ratios"]) <= 2
     for r in runs:

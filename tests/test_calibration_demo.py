@@ -13,7 +13,18 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.demo, pytest.mark.slow]
+from tests.demo_gate import needs_demo
+
+
+def _demo_ready() -> bool:
+    from app.demo.mtp_paths import shipped_head_available
+    from app.demo.target import demo_target_ready
+
+    return demo_target_ready() and shipped_head_available()
+
+
+pytestmark = [needs_demo(_demo_ready(), "The demo target or the shipped MTP head"),
+              pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "Explain rainbows"
@@ -21,10 +32,8 @@ PROMPT = "Explain rainbows"
 
 @pytest.fixture
 def data_dir(tmp_path) -> Path:
-    from app.demo.target import demo_target_dir, demo_target_ready
+    from app.demo.target import demo_target_dir
 
-    if not demo_target_ready():
-        pytest.skip("the demo target is not prepared (draftpair generate --model demo)")
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True)
     (data / "models" / "demo").symlink_to(demo_target_dir(), target_is_directory=True)

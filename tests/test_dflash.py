@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests import builders_dflash as bd
+from tests.demo_gate import needs_demo
 
 GOLDEN = Path(__file__).parent / "golden" / "dflash_golden.npz"
 
@@ -363,8 +364,7 @@ def _demo_dflash_ready() -> bool:
     return demo_target_ready() and (resource_path(DEMO_FOLDER) / "config.json").is_file()
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_demo_dflash_uses_the_shipped_drafter_with_no_flag(monkeypatch):
     from app.demo.builtins import register_demo_models
     from app.engine.events import DoneEvent, GenerationRequest
@@ -388,8 +388,7 @@ def test_demo_dflash_uses_the_shipped_drafter_with_no_flag(monkeypatch):
     assert done.timings.draft_n_accepted > 0  # a trained drafter: some proposals are right
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_demo_dflash_is_offered_by_name_and_labelled_as_the_demo_drafter(qtbot, tmp_path,
                                                                         tiny_models):
     """The shipped drafter is a listed built-in: the check takes it by name, the pairing
@@ -424,8 +423,7 @@ def test_demo_dflash_is_offered_by_name_and_labelled_as_the_demo_drafter(qtbot, 
     assert any(x.name == "demo-dflash" and x.reason for x in other.excluded)
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_generate_names_the_demo_dflash_drafter_it_used(capsys):
     from app.cli import main
     from app.demo.builtins import DFLASH_NOTE, register_demo_models

@@ -49,8 +49,8 @@ class FixedTokenKind(kinds.KindPlugin):
 
         out.add("fixed.note", NOTE, "This mode always guesses the same word.", str(t.path))
 
-    def offer(self, t) -> tuple[str, str] | None:
-        return "fixed guess (no draft model)", "Guesses one word over and over."
+    def offer(self, t) -> str | None:
+        return "Guesses one word over and over."
 
     def make(self, ctx) -> Drafter:
         return FixedTokenDrafter()

@@ -15,6 +15,7 @@ import pytest
 from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
 from app.errors import DraftPairError
 from tests.builders_mtp import make_qwen3_5_checkpoint
+from tests.demo_gate import needs_demo
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +26,6 @@ def qwen(tmp_path_factory):
         dropped=make_qwen3_5_checkpoint(root / "q35-dropped", with_mtp=False),
         wrong=make_qwen3_5_checkpoint(root / "q35-wrong", mtp_hidden=32),
     )
-
-
-def _engine_with_taps():
-    """The loop hands drafters the target's hidden states only in engines with taps."""
-    import importlib.util
-
-    return importlib.util.find_spec("app.engine.taps") is not None
-
-
-needs_taps = pytest.mark.skipif(not _engine_with_taps(), reason="engine without hidden-state taps")
 
 
 def _generate(session, **kw) -> DoneEvent:
@@ -59,7 +50,6 @@ def test_head_reads_the_qwen_layout(qwen):
     assert mx.array_equal(head.module.fc.weight, raw["mtp.fc.weight"]).item()
 
 
-@needs_taps
 @pytest.mark.parametrize("width", [1, 3])
 def test_greedy_mtp_identical_to_plain(qwen, width):
     """Every step a round (fixed width): rejections, rollback of the hybrid target's cache
@@ -83,7 +73,6 @@ def test_greedy_mtp_identical_to_plain(qwen, width):
     assert done.timings.draft_rounds >= len(plain.token_ids) // (width + 1)
 
 
-@needs_taps
 def test_session_runs_mtp_kind_without_fallback(qwen):
     from app.engine.session import Session
 
@@ -179,8 +168,7 @@ def _demo_ready() -> bool:
     return demo_target_ready() and shipped_head_available()
 
 
-@needs_taps
-@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
 def test_demo_mtp_uses_the_shipped_head_and_its_setting(monkeypatch):
     from app.engine.session import Session
     from app.engine.width import FixedWidth
@@ -245,7 +233,7 @@ def test_nextn_layout_names(tmp_path):
     assert stacked.shape == (4, 4, H) and stacked[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
 def test_demo_head_is_offered_and_labelled_as_trained_for_the_demo(qtbot, tmp_path, capsys):
     """The check says which head is used, the pairing suggestions and the Chat picker offer
     MTP for the demo target with that line, and generate -v names the head it used."""
@@ -287,8 +275,7 @@ def test_width1_replay_follows_accepts_and_rejects():
     assert replay_width1(pred, tokens, 2) == [1, 0, 1]
 
 
-@needs_taps
-@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
 def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     """Greedy, one proposal per round: every round's verdict equals the head's teacher-forced
     prediction on the final reply, so the loop (pairing, the head's cache, rollback, the

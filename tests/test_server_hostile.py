@@ -134,6 +134,8 @@ HUGE = b"9" * 5000
     ("/v1/chat/completions", {"messages": [{"role": {"a": 1}, "content": "hi"}]},
      "messages[0].role"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": ' + HUGE + b"}", "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "n_predict": ' + HUGE[:400] + b"}", "n_predict"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": -' + HUGE[:400] + b"}", "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "top_k": ' + HUGE + b"}", "top_k"),
     ("/v1/completions", b'{"prompt": "hi", "seed": -' + HUGE + b"}", "seed"),
     ("/v1/completions", b'{"prompt": "hi", "temperature": 1e400}', "temperature"),
@@ -144,6 +146,8 @@ HUGE = b"9" * 5000
     ("/v1/completions", b'{"prompt": "\\udfff"}', "prompt"),
     ("/v1/completions", b'{"prompt": "hi", "stop": ["\\ud83d"]}', "stop[0]"),
     ("/v1/completions", b'{"prompt": "hi\\u0000there"}', "prompt"),
+    ("/v1/completions", b'{"prompt": "hi", "\\udc00b": 1}', "\\udc00b"),
+    ("/v1/completions", b'{"prompt": "hi", "draftpair": {"a\\u0000": 1}}', "draftpair.a\\x00"),
     ("/v1/completions", b'{"prompt": "caf\xe9"}', None),  # Latin-1, not UTF-8
     ("/v1/completions", {"prompt": "hi", "draftpair": {"draft_kind": ["none"]}},
      "draftpair.draft_kind"),
@@ -255,6 +259,35 @@ def test_the_connection_cap_stays_under_the_open_files_limit():
         cap, cap50, open_files, soft = map(int, out.stdout.split())
         assert soft == expect_soft
         assert soft // 2 < cap <= soft - open_files - 64 and cap50 == 50
+
+
+def test_failed_accepts_are_one_line_every_few_seconds_not_a_traceback_each():
+    """Should accept() fail anyway (the process out of file handles for another reason),
+    asyncio logs a traceback per attempt; the server's filter keeps one plain line."""
+    import io
+    import logging
+
+    from app.server.connections import quiet_accept_errors
+
+    quiet_accept_errors()
+    quiet_accept_errors()  # once per process, however often it is called
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(handler)
+    try:
+        for _ in range(50):
+            try:
+                raise OSError(24, "Too many open files")
+            except OSError:
+                logger.error("socket.accept() out of system resource\nsocket: <socket>",
+                             exc_info=True)
+        logger.error("something else")
+    finally:
+        logger.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert lines == ["cannot accept new connections: the process is out of file handles "
+                     "(Too many open files)", "something else"]
 
 
 # -- the engine thread --------------------------------------------------------------------------

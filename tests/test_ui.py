@@ -7,15 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from app.ui.live import RATE_WINDOW_S  # noqa: E402
-from app.ui.main_window import AppContext, MainWindow  # noqa: E402
-from app.ui.settings import Settings, SettingsStore  # noqa: E402
+from app.ui.chat_store import ChatStore
+from app.ui.live import RATE_WINDOW_S
+from app.ui.main_window import AppContext, MainWindow
+from app.ui.settings import Settings, SettingsStore
 
 LOAD_TIMEOUT = 60_000
 REPLY_TIMEOUT = 60_000
@@ -246,7 +243,7 @@ def test_pairing_view_explains_an_incompatible_draft(qtbot, make_window, tmp_pat
         group = root.child(i)
         texts += [(group.child(j).text(0), group.child(j).text(1)) for j in range(group.childCount())]
     assert any("tiny-permuted-draft" in a and b == reasons["tiny-permuted-draft"] for a, b in texts)
-    assert any("prompt lookup" in a for a, _ in texts)
+    assert any("Prompt lookup (no draft model)" in a for a, _ in texts)  # the pickers' name
 
 
 def test_download_progress_cancel_and_resume_against_the_fake_hub(
@@ -287,7 +284,6 @@ def test_download_progress_cancel_and_resume_against_the_fake_hub(
 
 
 def test_bench_view_runs_the_quick_suite_on_the_loaded_pair(qtbot, make_window, monkeypatch):
-    pytest.importorskip("app.bench.runner")
     from app.bench import BenchConfig
 
     w = make_window(draft=True)

@@ -8,14 +8,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QTextCursor  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from tests.ui_window import TIMEOUT, close_window, open_window  # noqa: E402
+from app.ui.chat_store import ChatStore
+from tests.ui_window import TIMEOUT, close_window, open_window
 
 
 @pytest.fixture
@@ -65,6 +62,7 @@ def test_an_over_long_message_is_refused_and_the_chat_goes_on(qtbot, window):
     text = chat.transcript.toPlainText()
     assert "left out of the chat" in text and "edit it to make it shorter" in text
     assert "Send again" in text
+    assert long_text not in text and "more characters: Edit shows them all" in text
     assert "0.0 tok/s" not in text and "TTFT 0 ms" not in text and "accepted 0/0" not in text
     assert chat.state_label.text().startswith("Not sent: ")
     # the next message is answered: the refused one is left out of the prompt
@@ -75,6 +73,13 @@ def test_an_over_long_message_is_refused_and_the_chat_goes_on(qtbot, window):
     assert long_text not in [t["content"] for t in chat.build_request().messages]
     roles = [(m.role, m.status) for m in chat.store.messages(chat.conv_id)]
     assert roles == [("user", "refused"), ("user", "complete"), ("assistant", "complete")]
+    # refused again after a reply: Regenerate does not answer the older turns instead
+    assert chat.regen_btn.isEnabled()
+    _say(qtbot, chat, long_text)
+    assert chat.store.messages(chat.conv_id)[-1].status == "refused"
+    assert not chat.regen_btn.isEnabled()
+    chat.regenerate()
+    assert chat.job is None and len(chat.store.messages(chat.conv_id)) == 4
 
 
 def test_a_refused_message_edited_shorter_gets_its_reply(qtbot, window):
@@ -161,6 +166,8 @@ def test_time_to_first_token_counts_from_send(qtbot, tmp_path, tiny_models, monk
             yield ev
 
     monkeypatch.setattr(Session, "generate", timed)
+    # a data folder of its own: no speed measured by an earlier test is kept, so it warms up
+    monkeypatch.setenv("DRAFTPAIR_DATA_DIR", str(tmp_path / "user-data"))
     w = open_window(qtbot, tmp_path, tiny_models.target)
     try:
         with qtbot.waitSignal(w.client.model_state, timeout=TIMEOUT):
@@ -185,7 +192,8 @@ def test_time_to_first_token_counts_from_send(qtbot, tmp_path, tiny_models, monk
         # the warm-up and the prompt reading were shown in plain words
         from app.ui.format import KIND_LABELS
 
-        assert any(s.startswith(f"Getting {KIND_LABELS['full-model']} ready") for s in shown), shown
+        label = KIND_LABELS["full-model"]
+        assert any(s.startswith(f"Measuring this computer's speed for {label}") for s in shown), shown
         assert any(s.startswith("Reading the prompt") for s in shown), shown
         assert not any("verify" in s or "widths" in s for s in shown)
     finally:
@@ -196,7 +204,7 @@ def test_the_stats_line_says_read_and_reused_and_failed_turns_show_no_zeros():
     from types import SimpleNamespace
 
     from app.engine.events import Timings
-    from app.ui.format import KIND_LABELS, reply_stats, status_words
+    from app.ui.format import KIND_LABELS, reply_stats, stats_line, status_words
 
     def done(reason: str, **t):
         return SimpleNamespace(finish_reason=reason, timings=Timings(**t), error=None, text="")
@@ -206,11 +214,15 @@ def test_the_stats_line_says_read_and_reused_and_failed_turns_show_no_zeros():
                             draft_n_accepted=4, draft_rounds=2, accept_len_mean=2.0),
                        "dflash")["line"]
     assert "TTFT 2.5 s (221 prompt tokens read, 0 reused)" in line and KIND_LABELS["dflash"] in line
+    stats = reply_stats(done("stop", predicted_n=3, ttft_ms=9100, prompt_n=20), "none")
+    stats["warmup_ms"] = 8000.0  # an engine that reports the first-time warm-up inside TTFT
+    assert "TTFT 9.1 s (8.0 s first-time warm-up, 20 prompt tokens read, 0 reused)" in stats_line(stats)
     assert reply_stats(done("error", draft_kind="dflash"), "dflash")["line"] == ""
     stopped = reply_stats(done("cancelled", draft_kind="mtp"), "mtp")["line"]
     assert stopped == "stopped by you before the first token"
     for line in (stopped,):
         assert "tok/s" not in line and "TTFT" not in line and "accepted 0/0" not in line
     words = status_words("warmup", "preparing verify widths 1..17", "dflash")
-    assert words == f"Getting {KIND_LABELS['dflash']} ready (first use with this model)…"
+    assert words == (f"Measuring this computer's speed for {KIND_LABELS['dflash']} "
+                     "(only the first time)…")
     assert status_words("warmup", "3/17", "mtp").endswith(": step 3 of 17…")

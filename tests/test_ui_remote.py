@@ -4,14 +4,11 @@ speculation-on side, the real app offscreen as the off side."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from app.ui.main_window import AppContext, MainWindow  # noqa: E402
-from app.ui.settings import Settings, SettingsStore  # noqa: E402
+from app.ui.chat_store import ChatStore
+from app.ui.main_window import AppContext, MainWindow
+from app.ui.settings import Settings, SettingsStore
 
 TIMEOUT = 120_000
 

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-pytest.importorskip("PySide6")
-
-from app.engine.events import GenerationRequest  # noqa: E402
-from app.ui.live import LiveRun  # noqa: E402
-from app.ui.worker import EngineClient, Job  # noqa: E402
+from app.engine.events import GenerationRequest
+from app.ui.live import LiveRun
+from app.ui.worker import EngineClient, Job
 
 
 class FirstTokenLive(LiveRun):

@@ -4,14 +4,11 @@ tiny checkpoints (pytest-qt)."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from app.ui.live import RATE_WINDOW_S  # noqa: E402
-from tests.test_gguf_discovery import ggufs, home  # noqa: E402, F401 - fixtures
-from tests.test_ui import REPLY_TIMEOUT, make_window  # noqa: E402, F401 - the window fixture
+from app.ui.live import RATE_WINDOW_S
+from tests.test_gguf_discovery import ggufs, home  # noqa: F401 - fixtures
+from tests.test_ui import REPLY_TIMEOUT, make_window  # noqa: F401 - the window fixture
 
 
 def test_compare_rate_plot_starts_at_the_first_measured_window(qtbot, make_window):  # noqa: F811
@@ -60,7 +57,6 @@ def _tiny_quick(monkeypatch):
 
 def test_bench_fills_its_table_run_by_run_and_speaks_of_the_runs_box(
         qtbot, make_window, monkeypatch):  # noqa: F811
-    pytest.importorskip("app.bench.runner")
     w = make_window(draft=True)
     bench = w.bench
     w.show_view("Bench")
@@ -273,6 +269,9 @@ def test_status_bar_names_the_drafter_in_use_with_the_tables_size(
     w.chat.spec_combo.set_kind("prompt-lookup")
     line = w.status_model.text()
     assert "tiny-draft" not in line and "Prompt lookup" in line  # the drafter actually used
+    w.chat.spec_combo.set_kind("dflash")  # its own drafter, never the loaded draft model
+    assert "tiny-draft" not in w.status_model.text() and "DFlash" in w.status_model.text()
+    assert "tiny-draft" not in w.chat.model_label.text()
     w.chat.spec_combo.set_kind("none")
     assert "no speculation" in w.status_model.text()
 

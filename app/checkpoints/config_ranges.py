@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 # key -> (smallest, largest): counts a real model's settings fall well inside
 _COUNTS = {
@@ -33,7 +33,7 @@ _POSITIVE = ("rms_norm_eps", "layer_norm_eps", "norm_eps", "rope_theta")
 _TOKEN_IDS = ("eos_token_id", "bos_token_id")
 
 
-def _is_count(v: Any) -> bool:
+def _is_count(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -117,9 +117,13 @@ def run(args: argparse.Namespace) -> int:
     def progress(p: Progress) -> None:
         print(f"[{p.done:>3}/{p.total}] {p.message}", file=sys.stderr, flush=True)
 
+    from app.cli import EXIT_INTERRUPTED
+    from app.cli.interrupt import stop_on_ctrl_c
+
     cancel = threading.Event()
     try:
-        report = run_bench(config, progress=progress, cancel=cancel)
+        with stop_on_ctrl_c(cancel):  # Ctrl+C stops the run in progress within one step
+            report = run_bench(config, progress=progress, cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -127,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc), detail=exc.detail) from None
     paths = write_report(report, args.out)
     _print_summary(report)
-    print(f"report: {paths['md']}")
-    return 0
+    print(f"report: {paths['md']}" + (" (stopped with Ctrl+C: what was measured so far)"
+                                      if cancel.is_set() else ""))
+    return EXIT_INTERRUPTED if cancel.is_set() else 0
 
 
 def _print_summary(report: object) -> None:

@@ -56,17 +56,25 @@ def run(args: argparse.Namespace) -> int:
     for kind in kinds:
         if available.get(kind):
             raise CliError(f"{draft_kinds.label(kind)} cannot be measured: {available[kind]}.")
-    steps = session.recalibrate(kinds)
+    import threading
+
+    from app.cli.interrupt import stop_on_ctrl_c
+
+    cancel = threading.Event()
+    steps = session.recalibrate(kinds, cancel=cancel)
     cal = None
-    while True:
-        try:
-            ev = next(steps)
-        except StopIteration as end:
-            cal = end.value
-            break
-        if isinstance(ev, StatusEvent) and not args.json:
-            _progress(ev.message, done=ev.progress == 1.0)
-    assert cal is not None
+    with stop_on_ctrl_c(cancel):
+        while True:
+            try:
+                ev = next(steps)
+            except StopIteration as end:
+                cal = end.value
+                break
+            if isinstance(ev, StatusEvent) and not args.json:
+                _progress(ev.message, done=ev.progress == 1.0)
+    if cal is None:  # Ctrl+C: the table kept before stays as it was
+        print("draftpair: stopped; the kept table is unchanged", file=sys.stderr)
+        return 130
     names = {k: session.drafter_key(k) for k in kinds if draft_kinds.get(k).proposes}
     if args.json:
         print(json.dumps(as_json(session, cal, names), indent=2))
@@ -135,11 +143,12 @@ def describe(session: Session, cal: Calibration, names: dict[str, str]) -> str:
                   "again when the computer is idle."]
     lines += ["", f"Drafters (one drafting step, in plain steps at {cal.contexts[0]} tokens "
               "of context):"]
+    pad = max((len(draft_kinds.label(k)) for k in names), default=0)
     for kind, key in names.items():
         ms = cal.draft_ms(key)
         if ms is None:
-            lines.append(f"  {draft_kinds.label(kind):<14} runs no model: no cost to measure")
+            lines.append(f"  {draft_kinds.label(kind):<{pad}}  runs no model: no cost to measure")
         else:
-            lines.append(f"  {draft_kinds.label(kind):<14} {ms:7.2f} ms  "
+            lines.append(f"  {draft_kinds.label(kind):<{pad}}  {ms:7.2f} ms  "
                          f"({cal.draft_cost(key, cal.contexts[0]):.3f} steps)")
     return "\n".join(lines)

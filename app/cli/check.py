@@ -12,7 +12,7 @@ import json
 from app import kinds
 from app.cli import kind_args
 
-EXIT_WILL_NOT_WORK = 3
+EXIT_WILL_NOT_WORK = 3  # app.cli.EXIT_FOUND_PROBLEMS: the table in ``draftpair --help``
 
 
 def register(sub: argparse._SubParsersAction) -> None:

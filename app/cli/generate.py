@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -96,13 +97,8 @@ def run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
 
     from app.engine.events import (
-        DoneEvent,
         GenerationRequest,
-        NoticeEvent,
-        PrefillEvent,
         SamplingParams,
-        StatusEvent,
-        TokenEvent,
     )
     from app.engine.session import Session
     from app.engine.validation import problems
@@ -140,48 +136,77 @@ def run(args: argparse.Namespace) -> int:
             session.load_draft(draft)  # a DFlash folder or a small model
     except DraftPairError as exc:
         raise CliError(str(exc), detail=exc.detail) from None
-    done = None
-    for ev in session.generate(request):
-        if isinstance(ev, TokenEvent) and not args.json:
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
-        elif isinstance(ev, PrefillEvent) and args.verbose:
-            _progress(ev)
-        elif isinstance(ev, StatusEvent) and ev.stage == "warmup" and args.verbose:
-            _line(ev.message, done=ev.progress in (None, 1.0))
-        elif isinstance(ev, NoticeEvent):
-            print(f"draftpair: note: {ev.message}", file=sys.stderr)
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None
+    from app.cli import EXIT_INTERRUPTED
+    from app.cli.interrupt import stop_on_ctrl_c
+
+    cancel = threading.Event()
+    with stop_on_ctrl_c(cancel):
+        done = _stream(session, request, args, cancel)
+    if cancel.is_set():  # Ctrl+C: the reply stopped within one prompt chunk or round
+        if args.json:
+            print(json.dumps(done.to_dict(), indent=2))
+        else:
+            sys.stdout.write("\n")
+        return EXIT_INTERRUPTED
     if done.finish_reason == "error":
         raise CliError(done.error or "The generation failed.")
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
     else:
-        sys.stdout.write("\n")
-        if args.verbose:
-            t = done.timings
-            print(
-                f"[{t.draft_kind}] {t.predicted_n} tokens, {t.predicted_per_second:.1f} tok/s, "
-                f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms"
-                f"{f' ({t.cache_n} reused)' if t.cache_n else ''}, accepted "
-                f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
-                f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
-                file=sys.stderr,
-            )
-            if t.warmup_ms:
-                print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
-                      f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",
-                      file=sys.stderr)
-            if t.copy_rounds:
-                print(f"[{t.draft_kind}] prompt lookup copied from the context in "
-                      f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
-                      f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)
-            drafter = _drafter_line(session, t.draft_kind)
-            if drafter:
-                print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)
+        _summary(session, done, args)
     return 0
+
+
+def _stream(session: Session, request, args: argparse.Namespace, cancel: threading.Event):
+    """Prints the reply as it streams; the DoneEvent."""
+    from app.engine.events import DoneEvent, NoticeEvent, PrefillEvent, StatusEvent, TokenEvent
+
+    done, told = None, False
+    for ev in session.generate(request, cancel=cancel):
+        if isinstance(ev, TokenEvent) and not args.json:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, PrefillEvent) and args.verbose:
+            _progress(ev)
+        elif isinstance(ev, StatusEvent) and ev.stage == "warmup":
+            if args.verbose:
+                _line(ev.message, done=ev.progress in (None, 1.0))
+            elif not told:  # a wait of seconds is never silent; -v shows its progress
+                told = True
+                print(f"draftpair: note: {ev.message.split(' (')[0]}.", file=sys.stderr)
+        elif isinstance(ev, NoticeEvent):
+            print(f"draftpair: note: {ev.message}", file=sys.stderr)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return done
+
+
+def _summary(session: Session, done, args: argparse.Namespace) -> None:
+    """The newline after the reply, and with -v the figures on stderr."""
+    sys.stdout.write("\n")
+    if not args.verbose:
+        return
+    t = done.timings
+    print(
+        f"[{t.draft_kind}] {t.predicted_n} tokens, {t.predicted_per_second:.1f} tok/s, "
+        f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms"
+        f"{f' ({t.cache_n} reused)' if t.cache_n else ''}, accepted "
+        f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
+        f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
+        file=sys.stderr,
+    )
+    if t.warmup_ms:
+        print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
+              f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",
+              file=sys.stderr)
+    if t.copy_rounds:
+        print(f"[{t.draft_kind}] prompt lookup copied from the context in "
+              f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
+              f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)
+    drafter = _drafter_line(session, t.draft_kind)
+    if drafter:
+        print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)
 
 
 def _drafter_line(session: Session, kind: str) -> str | None:

@@ -181,9 +181,9 @@ def run_list(args: argparse.Namespace) -> int:
                 print(f"    why unsupported: {e.unsupported_reason}")
             if args.verbose:
                 print(f"    at {e.path}")
-                rec = _gguf_source(e.path)
-                if rec:
-                    print(f"    converted from {rec}")
+                source = _gguf_source(e.path)
+                if source:
+                    print(f"    converted from {source}")
     if found:
         _print_found(found, args.verbose)
     return 0

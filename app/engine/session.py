@@ -34,7 +34,11 @@ from app.engine.calibration import Calibration, CalibrationStore, drafter_key, t
 from app.engine.calibration_measure import (
     BUDGET_S,
     CALIBRATE_BUDGET_S,
+    CALIBRATE_REPEATS,
+    IDLE_LOAD,
     MAX_PASS,
+    REPEATS,
+    current_load,
     measure_drafter,
     measure_target,
     needs_measuring,
@@ -88,8 +92,11 @@ class Session:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         rollback.for_target(self.target)  # the rewind strategy is chosen at load
-        self.calibration = self.calibrations.load(
-            self.target.path, target_key(self.target.path, self.target.precision))
+        cal = self.calibrations.load(self.target.path,
+                                     target_key(self.target.path, self.target.precision))
+        if cal is not None and cal.busy and current_load() < IDLE_LOAD:
+            cal = None  # measured while other programs ran: measured again now it is idle
+        self.calibration = cal
         return self.target
 
     @property
@@ -364,12 +371,13 @@ class Session:
             cal = yield from self._measure_target(cancel)
             if cal is None:  # stopped: the round loop ends the request at once
                 return {"verify_slope": DEFAULT_VERIFY_SLOPE, "draft_cost": drafter.step_cost}
+            self.calibrations.save(cal)
             measured = True
         dkey = self.drafter_key(kind)
         if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
             label = kinds.get(kind).label
-            yield StatusEvent("warmup", f"Measuring the speed of the drafter ({label}) on this "
-                              "computer, only the first time", None)
+            yield StatusEvent("warmup", f"Measuring the drafter's speed on this computer, only "
+                              f"the first time: {label}", None)
             ms = measure_drafter(drafter, list(range(1, max(width, 1) + 1)))
             if ms is not None:
                 cal = cal.with_drafter(dkey, ms, label)
@@ -390,16 +398,19 @@ class Session:
         """Measure this machine again for the loaded target and the drafters of ``kind_names``
         (those that run a model), keep the table and return it (None when stopped)."""
         assert self.target is not None
-        cal = yield from self._measure_target(cancel, budget_s=budget_s)
+        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS,
+                                              repeats=CALIBRATE_REPEATS)
         if cal is None:
             return None
         for kind in kind_names:
+            if cancel is not None and cancel.is_set():
+                return None  # nothing kept: the table kept before stays as it was
             plugin = kinds.get(kind)
             drafter = self.make_drafter(GenerationRequest(draft_kind=kind))
             if drafter is None or not needs_measuring(drafter):
                 continue
             label = plugin.label
-            yield StatusEvent("warmup", f"Measuring the speed of the drafter ({label})", None)
+            yield StatusEvent("warmup", f"Measuring the drafter's speed: {label}", None)
             ms = measure_drafter(drafter, list(range(1, plugin.default_width + 1)))
             if ms is not None:
                 cal = cal.with_drafter(drafter_key(kind, self._drafter_folder(kind)), ms, label)
@@ -413,12 +424,14 @@ class Session:
 
     def _measure_target(
         self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
+        words: str | None = None, repeats: int = REPEATS,
     ) -> Generator[StatusEvent, None, Calibration | None]:
-        """The target's table, measured now and kept (None when stopped: nothing kept)."""
+        """The target's table, measured now (None when stopped)."""
         assert self.target is not None
         sweep = measure_target(self.target, context_limit=self.context_length(),
-                               budget_s=budget_s)
-        yield StatusEvent("warmup", WARMUP_WORDS.format(done=0, total="…"), 0.0)
+                               budget_s=budget_s, repeats=repeats)
+        words = words or WARMUP_WORDS
+        yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
         while True:
             if cancel is not None and cancel.is_set():
                 sweep.close()
@@ -428,9 +441,8 @@ class Session:
             except StopIteration as end:
                 cal: Calibration = end.value
                 break
-            yield StatusEvent("warmup", WARMUP_WORDS.format(done=step.done, total=step.total),
+            yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
                               step.fraction)
-        self.calibrations.save(cal)
         return cal
 
     def _drafter_folder(self, kind: str) -> Path | None:
@@ -441,6 +453,7 @@ class Session:
 
 WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first time "
                 "({done} of {total})")
+MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
 
 
 def _read_config(folder: Path) -> dict[str, Any]:

@@ -78,9 +78,9 @@ class KindPlugin:
             return f"Same tokens as the target, {ratio:.1%} of its size."
         return "Same tokens as the target."
 
-    def offer(self, t: CheckpointInfo) -> tuple[str, str] | None:
-        """For kinds with no draft folder: (title, plain reason) when it is worth offering
-        for this target, else None."""
+    def offer(self, t: CheckpointInfo) -> str | None:
+        """For kinds with no draft folder: the plain reason it is worth offering for this
+        target, else None."""
         return None
 
     # -- heavy: engine code, imported when called ----------------------------------------

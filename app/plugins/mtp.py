@@ -38,7 +38,7 @@ class MTP(KindPlugin):
                        context: int) -> int | None:
         return one_layer_kv_bytes(t, context) if d is None else None  # the head's one layer
 
-    def offer(self, t: CheckpointInfo) -> tuple[str, str] | None:
+    def offer(self, t: CheckpointInfo) -> str | None:
         beside = not t.mtp_tensors and bool(mtp_source.beside(t.path))
         shipped = builtin_head(t)[1] if not t.mtp_tensors else None
         if not (t.mtp_tensors or beside or shipped or mtp_source.declared_layers(t.config)):
@@ -52,7 +52,7 @@ class MTP(KindPlugin):
             reason = "Uses the prediction head kept beside the target."
         else:
             reason = "Uses the prediction head shipped inside the target."
-        return "MTP head (no draft model)", reason
+        return reason
 
     def unavailable(self, ctx: DrafterContext) -> str | None:
         from app.engine.drafters import mtp

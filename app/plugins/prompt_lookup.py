@@ -24,9 +24,8 @@ class PromptLookup(KindPlugin):
     bench_goals = (("rewrite", "prompt lookup on rewrite tasks vs plain", "off", ("rewrite",), 4.0),
                    ("prose", "prompt lookup on prose vs plain", "off", ("prose",), 0.98))
 
-    def offer(self, t: CheckpointInfo) -> tuple[str, str] | None:
-        return ("prompt lookup (no draft model)",
-                "Copies likely continuations from the prompt; best for edits and rewrites.")
+    def offer(self, t: CheckpointInfo) -> str | None:
+        return "Copies likely continuations from the prompt; best for edits and rewrites."
 
     def make(self, ctx: DrafterContext) -> Drafter:
         from app.engine.drafters import prompt_lookup

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import time
 from dataclasses import asdict, replace
@@ -41,7 +42,7 @@ log = logging.getLogger("draftpair.server")
 
 
 def build_app(engine: EngineThread, *, limits: Limits | None = None,
-              api_key: str | None = None) -> Starlette:
+              api_key: str | None = None) -> Any:
     limits = limits or Limits()
     assert engine.info is not None, "start the engine thread before building the app"
     info = engine.info
@@ -148,7 +149,33 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         Route("/health", guarded(health), methods=["GET"]),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _server_error}
-    return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    return OneLineErrors(app)
+
+
+class OneLineErrors:
+    """The outermost layer: Starlette answers an unforeseen error with a 500 and then re-raises
+    it, and uvicorn prints the traceback; here it ends as one log line."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - answered already (500) where it could be
+            from app.errors import technical_detail
+
+            log.warning("%s %s failed: %s", scope.get("method", ""), scope.get("path", ""),
+                        technical_detail(exc))
+
+
+class ErrorResponse(JSONResponse):
+    """An error body as ASCII JSON: it renders whatever a message echoes back (even a lone
+    surrogate), where UTF-8 encoding would fail."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def guarded(endpoint: Any) -> Any:
@@ -293,7 +320,7 @@ async def stream(job: ServerJob, parsed: Parsed, items: asyncio.Queue,
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return ErrorResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -301,9 +328,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     message = {404: "No such endpoint.", 405: "This endpoint does not take that method."}.get(
         exc.status_code, str(exc.detail))
     err = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
-    return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
+    return ErrorResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     err = _unforeseen(request, exc)
-    return JSONResponse(err.body(), status_code=500)
+    return ErrorResponse(err.body(), status_code=500)

@@ -87,9 +87,12 @@ def field_name(path: tuple[str | int, ...]) -> str:
 
 
 def shown(value: Any, *, quote: bool = True) -> str:
-    """A client's value for a message: its repr (or text), cut to ``SHOWN_CHARS``."""
+    """A client's value for a message: its repr (or text), cut to ``SHOWN_CHARS``, with
+    surrogates and control characters escaped (a message must be encodable text)."""
     text = repr(value) if quote else str(value)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    text = text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _refuse_constant(name: str) -> Any:

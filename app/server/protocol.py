@@ -135,7 +135,9 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         if body.get(name) is not None:
             max_tokens = _int(body, name, None, 1, None, huge_ok=True)
             if max_tokens > limits.max_tokens_cap:
-                given = "too large" if math.isinf(max_tokens) else f"{shown(max_tokens)}"
+                # an int too long for a float, or the +inf a longer one parses as
+                huge = isinstance(max_tokens, float) or max_tokens > 10**12
+                given = "too large" if huge else f"{max_tokens}"
                 raise ApiError(400, f"'{name}' is {given}; this server allows at most "
                                f"{limits.max_tokens_cap}.", param=name, code="max_tokens_too_large")
             break

@@ -9,6 +9,7 @@ prompts, and the person is told what to do; the chat goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,8 @@ class ReplyStream:
         assert v.conv_id is not None
         sent_at = time.perf_counter()  # Send: the time to first token counts from here
         request = v.build_request()
+        # the engine counts the time to first token from Send itself (warm-up and queue included)
+        request = dataclasses.replace(request, submitted_at=sent_at)
         self.segments, self.notices = [], []
         self.user_id = user_id
         self.reply_id = v.store.add_message(v.conv_id, "assistant", "", status="streaming")

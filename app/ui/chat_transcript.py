@@ -21,7 +21,9 @@ HINT = (
     "are highlighted and the numbers under each reply show what it bought."
 )
 REFUSED_HINT = ("This message is left out of the chat: edit it to make it shorter (or split it "
-                "in parts), delete it, or send it again.")
+                "in parts), delete it, or send it again. When the chat itself has grown too long, "
+                "start a new chat or choose “drop the oldest turns” in Reply settings.")
+REFUSED_SHOWN = 600  # characters of a refused message shown (Edit holds all of it)
 ACTIONS = {
     "user": (("edit", "Edit"), ("delete", "Delete")),
     "refused": (("edit", "Edit"), ("delete", "Delete"), ("resend", "Send again")),
@@ -57,6 +59,11 @@ class Transcript(QTextBrowser):
             if m.role == "assistant" and m.segments:
                 for text, draft in m.segments:
                     self.insert_text(text, draft)
+            elif m.status == "refused" and len(m.content) > REFUSED_SHOWN:
+                self.insert_text(m.content[:REFUSED_SHOWN], False)
+                more = len(m.content) - REFUSED_SHOWN
+                self._cursor().insertText(f"… ({more:,} more characters: Edit shows them all)",
+                                          self._small(self.colors.muted))
             else:
                 self.insert_text(m.content, False)
             if m.role == "assistant":
@@ -101,7 +108,7 @@ class Transcript(QTextBrowser):
         if m.status == "refused":
             cur = self._cursor()
             cur.insertBlock()
-            error = m.stats.get("error") or "The model refused this message."
+            error = refusal(m.stats.get("error") or "")
             cur.insertText(f"{error} {REFUSED_HINT}", self._small(self.colors.bad))
         self.insert_actions(m.id, "refused" if m.status == "refused" else "user")
 
@@ -163,3 +170,11 @@ class Transcript(QTextBrowser):
     def _on_value(self, _value: int) -> None:
         if not self._scrolling:  # the person scrolled: follow again only once back at the end
             self.follow = self.at_end()
+
+
+def refusal(error: str) -> str:
+    """Why a message was refused, without the engine's general advice (the chat gives its own,
+    with the links that act on it)."""
+    if not error:
+        return "The model could not take this message."
+    return error.split(" Shorten it,")[0].strip()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -66,6 +66,12 @@ class ChatView(View):
         super().__init__(deps, parent)
         client = self.client
         self.store = store
+        self._save_retry = QTimer(self)  # while chats wait in memory for a writable disk
+        self._save_retry.setInterval(5000)
+        self._save_retry.timeout.connect(store.retry)
+        store.on_saving = self._on_saving
+        if store.unsaved:
+            self._save_retry.start()
         self.conv_id: int | None = None
         self._build()
         self.reply = ReplyStream(self)
@@ -75,6 +81,16 @@ class ChatView(View):
         client.bench_finished.connect(lambda _r, _e: self._update_buttons())
         self._load_conversations()
         self.on_model_state(client.state)
+
+    def _on_saving(self, problem: str | None) -> None:
+        """The chats stopped being written to disk (``problem`` says why), or are saved again."""
+        if problem:
+            self.banner.show_message(problem, error=True)
+            self._save_retry.start()
+        else:
+            self._save_retry.stop()
+            self.banner.show_message("Chats are saved again: nothing typed was lost.",
+                                     timeout_ms=8000)
 
     @property
     def job(self):  # -> Job | None: the reply streaming now
@@ -220,7 +236,8 @@ class ChatView(View):
             "Wait: Compare or Bench is using the engine" if elsewhere else self.input_area.send_tip()
         )
         self.stop_btn.setEnabled(busy)
-        has_reply = any(m.role == "assistant" for m in self._messages()) if self.conv_id else False
+        msgs = self._messages()
+        has_reply = bool(msgs) and msgs[-1].role == "assistant"  # the last reply can be redone
         self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
         self.width_spin.setEnabled(not busy and not kinds.is_off(self.spec_combo.kind()))
@@ -335,6 +352,8 @@ class ChatView(View):
         if self.job is not None or self.conv_id is None:
             return
         msgs = self._messages()
+        if not msgs or msgs[-1].role != "assistant":
+            return  # nothing to replace (the last message may be a refused one)
         while msgs and msgs[-1].role == "assistant":
             self.store.delete_message(msgs.pop().id)
         if not msgs:

@@ -121,12 +121,14 @@ class CompareView(View):
         ):
             controls.addWidget(QLabel(label))
             controls.addWidget(w)
-        controls.addSpacing(12)
-        controls.addWidget(self.run_btn)
-        controls.addWidget(self.stop_btn)
-        controls.addWidget(self.export_btn)
-        controls.addWidget(self.progress)
         controls.addStretch(1)
+        # the buttons get a row of their own, so the view fits a 1024-pixel-wide window
+        actions = QHBoxLayout()
+        actions.addWidget(self.run_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.export_btn)
+        actions.addWidget(self.progress, 1)
+        actions.addStretch(1)
         note = QLabel(
             "Greedy decoding (temperature 0): exact speculation must give the same text as "
             "plain decoding. Warm-up runs are not counted."
@@ -183,6 +185,7 @@ class CompareView(View):
         tv.addWidget(self.prompt)
         tv.addLayout(side_row)
         tv.addLayout(controls)
+        tv.addLayout(actions)
         tv.addWidget(note)
         mid = QHBoxLayout()
         mid.addLayout(texts, 1)

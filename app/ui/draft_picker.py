@@ -40,6 +40,13 @@ def uses_draft_model(kind: str) -> bool:
     return plugin is not None and plugin.needs_draft_folder
 
 
+def runs_draft_model(kind: str) -> bool:
+    """Whether the kind runs the loaded draft model itself (a causal LM of its own; a drafter
+    network such as DFlash's is not shown as "the draft model")."""
+    plugin = kinds.find(kind)
+    return plugin is not None and plugin.draft_is_lm
+
+
 def _off_option(reason: str) -> DraftOption:
     return DraftOption(kinds.OFF, "", KIND_LABELS[kinds.OFF], reason)
 

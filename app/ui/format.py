@@ -50,6 +50,7 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
     stats: dict[str, Any] = {
         "tok_s": round(t.predicted_per_second, 2),
         "ttft_ms": round(t.ttft_ms, 1),
+        "warmup_ms": round(getattr(t, "warmup_ms", 0.0) or 0.0, 1),  # of ttft_ms, first use only
         "prompt_n": t.prompt_n,
         "cache_n": getattr(t, "cache_n", 0),
         "tokens": t.predicted_n,
@@ -86,8 +87,10 @@ def stats_line(s: dict[str, Any]) -> str:
     if not s.get("tokens"):
         return finish + (" before the first token" if reason == "cancelled" else "")
     # what the time to first token covered: prompt tokens read, and reused from the kept chat
-    ttft = (f"TTFT {duration(s.get('ttft_ms', 0))} ({s.get('prompt_n', 0):,} prompt tokens read, "
-            f"{s.get('cache_n', 0):,} reused)")
+    warmup = s.get("warmup_ms") or 0
+    first = f"{duration(warmup)} first-time warm-up, " if warmup >= 1 else ""
+    ttft = (f"TTFT {duration(s.get('ttft_ms', 0))} ({first}{s.get('prompt_n', 0):,} prompt tokens "
+            f"read, {s.get('cache_n', 0):,} reused)")
     parts = [f"{s.get('tok_s', 0):.1f} tok/s", ttft]
     kind = s.get("draft_kind", kinds.OFF)
     if not kinds.is_off(kind):
@@ -123,7 +126,7 @@ def status_words(stage: str, message: str, kind: str = kinds.OFF) -> str:
     ("3/17", "3 of 17", "40%") is kept from them."""
     if stage == "warmup":
         label = KIND_LABELS.get(kind, kind) if not kinds.is_off(kind) else "speculation"
-        text = f"Getting {label} ready (first use with this model)"
+        text = f"Measuring this computer's speed for {label} (only the first time)"
         progress = warmup_progress(message)
         return text + (f": {progress}" if progress else "") + "…"
     words = STAGE_WORDS.get(stage, stage[:1].upper() + stage[1:])

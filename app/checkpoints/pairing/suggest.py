@@ -128,11 +128,11 @@ def suggest_drafts(
     options: list[Suggestion] = []
     if t.config is not None:
         for plugin in kinds.drafting():
-            offered = None if plugin.needs_draft_folder else plugin.offer(t)
-            if offered is None:
+            why = None if plugin.needs_draft_folder else plugin.offer(t)
+            if why is None:
                 continue
-            label, reason = offered
+            label = f"{plugin.label} (no draft model)"  # the name the pickers show
             report = check(t, None, kind=plugin.name, context=context, budget=budget)
             options.append(Suggestion(label, None, plugin.name, report,
-                                      reason if report.works else report.summary()))
+                                      why if report.works else report.summary()))
     return Suggestions(str(t.path), tuple(ranked), tuple(excluded), tuple(options))

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
-from app.engine.drafters.base import Drafter, Proposal
+from app.engine.drafters.base import Drafter
 from app.engine.events import SamplingParams
+from app.engine.proposal import Proposal
 from app.engine.taps import Hidden
 
 if TYPE_CHECKING:

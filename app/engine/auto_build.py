@@ -33,6 +33,7 @@ MIN_FREE_BYTES = 512 * 2**20  # memory left free after loading a member's weight
 class Built:
     source: AutoSource | None  # None: no member could run (or the request was stopped)
     left_out: dict[str, str]  # kind -> why, in plain words
+    warmup_s: float = 0.0  # spent measuring this machine (first use of a drafter only)
 
 
 def members_of() -> tuple[kinds.KindPlugin, ...]:
@@ -70,10 +71,10 @@ def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int]
     """The request's auto source, each member loaded and measured (progress as events)."""
     members: list[Member] = []
     left_out: dict[str, str] = {}
-    costs: dict[str, float] = {}
+    warmup_s = 0.0
     for plugin in members_of():
         if cancel is not None and cancel.is_set():
-            return Built(None, left_out)
+            return Built(None, left_out, warmup_s)
         reason = _why_not(session, plugin, req, prompt)
         if reason is not None:
             left_out[plugin.name] = reason.rstrip(".")
@@ -87,14 +88,14 @@ def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int]
         if drafter is None:
             continue
         width = plugin.default_width
-        measured = yield from session.warmup(plugin.name, drafter, width, context=len(prompt),
+        measured = yield from session._warmup(plugin.name, drafter, width, context=len(prompt),
                                              cancel=cancel)
+        warmup_s += session.last_warmup_s
         drafter.step_cost = measured["draft_cost"]
-        costs[plugin.name] = measured["draft_cost"]
         rule = choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
         members.append(Member(plugin.name, drafter, rule, width, eager=not plugin.stochastic))
     if not members:
-        return Built(None, left_out)
+        return Built(None, left_out, warmup_s)
     cal = session.calibration
     verify_cost: VerifyCost = (cal.verify_cost if cal is not None
                                else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
@@ -104,7 +105,15 @@ def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int]
     rule = choose_rule(req.sampling, stochastic_draft=any(
         kinds.get(m.name).stochastic for m in members))
     yield NoticeEvent("auto", describe_members([m.name for m in members], left_out))
-    return Built(AutoSource(members, policy, rule=rule, kind=kind), left_out)
+    return Built(AutoSource(members, policy, rule=rule, kind=kind), left_out, warmup_s)
+
+
+def unavailable(session: Session, req: GenerationRequest | None) -> str | None:
+    """Why auto cannot run (None when at least one of its members can)."""
+    reasons = [session.unavailable(p.name, req) for p in members_of()]
+    if any(r is None for r in reasons):
+        return None
+    return "no drafter of this pair can run"
 
 
 def describe_members(used: list[str], left_out: dict[str, str]) -> str:

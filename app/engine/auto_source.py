@@ -28,6 +28,7 @@ from app.engine.proposal import Proposal
 from app.engine.proposals import Pick, ProposalSource
 from app.engine.taps import Hidden, TapRequest
 
+
 @dataclass
 class Member:
     """One proposal source of the auto kind."""

@@ -104,7 +104,7 @@ def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int]
                         evidence=session.auto_memory.for_chat(req.conversation))
     rule = choose_rule(req.sampling, stochastic_draft=any(
         kinds.get(m.name).stochastic for m in members))
-    yield NoticeEvent("auto", describe_members([m.name for m in members], left_out))
+    yield NoticeEvent(kind, describe_members([m.name for m in members], left_out))
     return Built(AutoSource(members, policy, rule=rule, kind=kind), left_out, warmup_s)
 
 

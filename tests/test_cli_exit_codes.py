@@ -133,3 +133,18 @@ def test_ctrl_c_stops_a_soak_with_130(tiny_models, tmp_path):
     _interrupt_when(proc, "[50/", lines)
     assert proc.returncode == EXIT_INTERRUPTED, "".join(lines)
     assert "interrupted" in proc.stdout.read()  # type: ignore[union-attr]
+
+
+def test_ctrl_c_stops_a_bench_with_what_it_measured(slow_model, tmp_path):
+    out = tmp_path / "bench-out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "bench", "--model", str(slow_model), "--kinds",
+         "prompt-lookup", "--runs", "3", "--max-tokens", "16", "--no-peers", "--out", str(out)],
+        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT)
+    lines: list[str] = []
+    _interrupt_when(proc, "/", lines)  # the first progress line: "[  1/N] ..."
+    said = proc.stdout.read()  # type: ignore[union-attr]
+    assert proc.returncode == EXIT_INTERRUPTED, "".join(lines) + said
+    assert "stopping" in "".join(lines) and "stopped with Ctrl+C" in said
+    assert "Traceback" not in "".join(lines)

@@ -51,17 +51,25 @@ def run(args: argparse.Namespace) -> int:
     for kind in kinds:
         if available.get(kind):
             raise CliError(f"{LABELS[kind]} cannot be measured: {available[kind]}.")
-    steps = session.recalibrate(kinds)
+    import threading
+
+    from app.cli.interrupt import stop_on_ctrl_c
+
+    cancel = threading.Event()
+    steps = session.recalibrate(kinds, cancel=cancel)
     cal = None
-    while True:
-        try:
-            ev = next(steps)
-        except StopIteration as end:
-            cal = end.value
-            break
-        if isinstance(ev, StatusEvent) and not args.json:
-            _progress(ev.message, done=ev.progress == 1.0)
-    assert cal is not None
+    with stop_on_ctrl_c(cancel):
+        while True:
+            try:
+                ev = next(steps)
+            except StopIteration as end:
+                cal = end.value
+                break
+            if isinstance(ev, StatusEvent) and not args.json:
+                _progress(ev.message, done=ev.progress == 1.0)
+    if cal is None:  # Ctrl+C: the table kept before stays as it was
+        print("draftpair: stopped; the kept table is unchanged", file=sys.stderr)
+        return 130
     names = {k: session.drafter_key(k) for k in kinds
              if registry.spec(k).module is not None}
     if args.json:

@@ -33,7 +33,11 @@ from app.engine.calibration import Calibration, CalibrationStore, drafter_key, t
 from app.engine.calibration_measure import (
     BUDGET_S,
     CALIBRATE_BUDGET_S,
+    CALIBRATE_REPEATS,
+    IDLE_LOAD,
     MAX_PASS,
+    REPEATS,
+    current_load,
     measure_drafter,
     measure_target,
     needs_measuring,
@@ -83,8 +87,11 @@ class Session:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         rollback.for_target(self.target)  # the rewind strategy is chosen at load
-        self.calibration = self.calibrations.load(
-            self.target.path, target_key(self.target.path, self.target.precision))
+        cal = self.calibrations.load(self.target.path,
+                                     target_key(self.target.path, self.target.precision))
+        if cal is not None and cal.busy and current_load() < IDLE_LOAD:
+            cal = None  # measured while other programs ran: measured again now it is idle
+        self.calibration = cal
         return self.target
 
     def load_draft(self, name_or_path: str | Path) -> Any:
@@ -303,6 +310,7 @@ class Session:
             cal = yield from self._measure_target(cancel)
             if cal is None:  # stopped: the round loop ends the request at once
                 return {"verify_slope": DEFAULT_VERIFY_SLOPE, "draft_cost": drafter.step_cost}
+            self.calibrations.save(cal)
             measured = True
         dkey = self.drafter_key(kind)
         if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
@@ -329,10 +337,13 @@ class Session:
         """Measure this machine again for the loaded target and the drafters of ``kinds``
         (those that run a model), keep the table and return it (None when stopped)."""
         assert self.target is not None
-        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS)
+        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS,
+                                              repeats=CALIBRATE_REPEATS)
         if cal is None:
             return None
         for kind in kinds:
+            if cancel is not None and cancel.is_set():
+                return None  # nothing kept: the table kept before stays as it was
             drafter = registry.make(kind, self.context(GenerationRequest(draft_kind=kind)))
             if drafter is None or not needs_measuring(drafter):
                 continue
@@ -351,12 +362,12 @@ class Session:
 
     def _measure_target(
         self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
-        words: str | None = None,
+        words: str | None = None, repeats: int = REPEATS,
     ) -> Generator[StatusEvent, None, Calibration | None]:
-        """The target's table, measured now and kept (None when stopped: nothing kept)."""
+        """The target's table, measured now (None when stopped)."""
         assert self.target is not None
         sweep = measure_target(self.target, context_limit=self.context_length(),
-                               budget_s=budget_s)
+                               budget_s=budget_s, repeats=repeats)
         words = words or WARMUP_WORDS
         yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
         while True:
@@ -370,7 +381,6 @@ class Session:
                 break
             yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
                               step.fraction)
-        self.calibrations.save(cal)
         return cal
 
     def _drafter_folder(self, kind: str) -> Path | None:

@@ -235,7 +235,8 @@ class ChatView(View):
             "Wait: Compare or Bench is using the engine" if elsewhere else self.input_area.send_tip()
         )
         self.stop_btn.setEnabled(busy)
-        has_reply = any(m.role == "assistant" for m in self._messages()) if self.conv_id else False
+        msgs = self._messages()
+        has_reply = bool(msgs) and msgs[-1].role == "assistant"  # the last reply can be redone
         self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
         self.width_spin.setEnabled(not busy and self.spec_combo.kind() != "none")
@@ -350,6 +351,8 @@ class ChatView(View):
         if self.job is not None or self.conv_id is None:
             return
         msgs = self._messages()
+        if not msgs or msgs[-1].role != "assistant":
+            return  # nothing to replace (the last message may be a refused one)
         while msgs and msgs[-1].role == "assistant":
             self.store.delete_message(msgs.pop().id)
         if not msgs:

@@ -244,6 +244,8 @@ class DFlashDrafter(Drafter):
         if hidden is None:
             self.lost = True  # rows missing: positions would no longer line up
             return
+        if hidden.n == 0:  # the step fed nothing (its token waits to be fed with a round)
+            return
         feats = mx.concatenate([hidden.layers[i] for i in self.cfg.target_layer_ids], axis=-1)
         self.rows.append(feats)
         self.n_rows += int(feats.shape[0])

@@ -73,6 +73,8 @@ class MTPDrafter(Drafter):
         if hidden is None:
             return None
         rows = hidden.final_postnorm if self.head.hidden_state == POSTNORM else hidden.final_prenorm
+        if rows is None and isinstance(hidden, Hidden) and hidden.n == 0:
+            return None  # a step that fed nothing (its token waits to be fed with a round)
         if rows is None:
             raise RuntimeError(f"the target pass did not return the {self.head.hidden_state} "
                                "state the MTP head reads")

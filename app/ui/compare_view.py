@@ -173,6 +173,7 @@ class CompareView(View):
         head.addWidget(self.repeat_btn)
         card_l.addLayout(head)
         card_l.addWidget(self.card_body)
+        card_l.addStretch(1)  # the result reads from the top of the card
         self.card.setMinimumWidth(260)
         self.card.setMaximumWidth(420)
 

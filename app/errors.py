@@ -120,6 +120,10 @@ def _message(exc, folder, file, model_type) -> str:
         "parse error" in text and "json.exception" in text
     ):
         return f"{weights} is truncated or not a safetensors file (an interrupted download?)."
+    if "Unable to write" in text and ("[write]" in text or "[save" in text):
+        place = str(file or folder or "")  # MLX could not write a file: almost always a full disk
+        return (f"The disk{' holding ' + place if place else ''} is full or cannot be written; "
+                "free some space and try again.")
     if isinstance(exc, MemoryError):
         return "There is not enough memory for this; close other programs or pick a smaller model."
     if isinstance(exc, UnicodeDecodeError):

@@ -252,3 +252,57 @@ def test_generate_says_when_it_measures_and_counts_the_wait_in_its_ttft(models, 
     out = capsys.readouterr()
     assert "speed for speculation" not in out.err
     assert json.loads(out.out)["timings"]["warmup_ms"] == 0
+
+
+def test_measuring_again_can_be_stopped_and_keeps_the_earlier_table(models, tmp_path):
+    folder = tmp_path / "cal"
+    s = Session(calibrations=CalibrationStore(folder))
+    s.load_target(models["target"])
+    s.load_draft(models["draft"])
+    _run(s, draft_kind="full-model")
+    (kept,) = folder.glob("*.json")
+    before = kept.read_bytes()
+    cancel = threading.Event()
+    steps = s.recalibrate(["prompt-lookup", "full-model"], cancel=cancel)
+    for ev in steps:
+        if ev.progress and ev.progress > 0.5:
+            cancel.set()
+    assert kept.read_bytes() == before
+    again = s.recalibrate(["full-model"])
+    statuses = list(again)
+    assert statuses[-1].message.startswith("Measuring the drafter's speed: Draft model")
+    assert kept.read_bytes() != before and "only the first time" not in statuses[1].message
+
+
+def test_a_slow_machine_keeps_the_main_pass_sizes_within_the_time_budget(models):
+    from app.engine.calibration_measure import WIDE_SIZES, measure_target
+    from app.engine.models import load_model
+
+    target = load_model(models["target"])
+    sweep = measure_target(target, budget_s=0.0)  # every optional pass is over budget
+    steps = []
+    while True:
+        try:
+            steps.append(next(sweep))
+        except StopIteration as end:
+            cal = end.value
+            break
+    assert cal.contexts == (16,) and cal.sizes == (WIDE_SIZES,)
+    assert steps[-1].fraction == 1.0 and cal.verify_cost(4, 16) >= 1.0
+
+
+def test_a_table_measured_while_busy_is_measured_again_once_the_computer_is_idle(
+        models, tmp_path, monkeypatch):
+    from app.engine import session as session_mod
+
+    store = CalibrationStore(tmp_path / "cal")
+    key = target_key(models["target"], "float32")
+    store.save(new_table(models["target"], key, [16], [[1, 2]], [[1.0, 3.0]], 0.1, load=4.0))
+    assert store.load(models["target"], key).busy
+    s = Session(calibrations=CalibrationStore(tmp_path / "cal"))
+    monkeypatch.setattr(session_mod, "current_load", lambda: 3.0)  # still busy: keep it
+    s.load_target(models["target"])
+    assert s.calibration is not None and s.calibration.busy
+    monkeypatch.setattr(session_mod, "current_load", lambda: 0.1)  # idle now: measure again
+    s.load_target(models["target"])
+    assert s.calibration is None

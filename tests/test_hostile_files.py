@@ -43,7 +43,7 @@ def test_a_tiny_gguf_declaring_a_huge_array_is_refused_at_once(tmp_path):
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip().splitlines()[-1].removeprefix("draftpair: error: ")
     assert line.startswith("big.gguf cannot be read as GGUF: its header declares "
-                           "1,099,511,627,776 items in tokenizer.ggml.tokens"), line
+                           "1,099,511,627,776 items in 'tokenizer.ggml.tokens'"), line
     _plain(line)
 
 

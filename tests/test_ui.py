@@ -243,7 +243,7 @@ def test_pairing_view_explains_an_incompatible_draft(qtbot, make_window, tmp_pat
         group = root.child(i)
         texts += [(group.child(j).text(0), group.child(j).text(1)) for j in range(group.childCount())]
     assert any("tiny-permuted-draft" in a and b == reasons["tiny-permuted-draft"] for a, b in texts)
-    assert any("prompt lookup" in a for a, _ in texts)
+    assert any("Prompt lookup (no draft model)" in a for a, _ in texts)  # the pickers' name
 
 
 def test_download_progress_cancel_and_resume_against_the_fake_hub(

@@ -152,3 +152,32 @@ def test_switching_to_chat_puts_the_cursor_in_the_message_box(qtbot, window):
     window.chat.new_conversation()
     window.show_view("Chat")
     qtbot.waitUntil(lambda: window.chat.input.hasFocus(), timeout=5_000)
+
+
+def test_the_panels_labels_never_cover_the_plots_on_a_narrow_window(qtbot):
+    from PySide6.QtWidgets import QSplitter, QTextEdit
+
+    from app.ui.live import LiveRun
+    from app.ui.panels import LivePanels
+
+    panels = LivePanels()
+    split = QSplitter(Qt.Orientation.Vertical)  # as in the chat: below the transcript
+    split.addWidget(QTextEdit())
+    split.addWidget(panels)
+    split.setChildrenCollapsible(False)
+    qtbot.addWidget(split)
+    split.resize(660, 420)
+    split.show()
+    run = LiveRun()
+    panels.set_runs([(run, "reply", "#3366cc")])
+    run.on_memory(mlx_bytes=685 << 20, rss_bytes=1092 << 20, system_used_fraction=0.24,
+                  swap_bytes=0, peak_bytes=0, pressure="warn", prompt_cache_bytes=13 << 20)
+    run.on_done()
+    panels.refresh(force_labels=True)
+    split.setSizes([400, 20])  # dragged as low as it goes
+    qtbot.waitUntil(lambda: panels.mem_label.geometry().top() >= panels.mem_plot.geometry().bottom(),
+                    timeout=3_000)
+    for plot, label in ((panels.rate_plot, panels.rate_label), (panels.mem_plot, panels.mem_label)):
+        assert label.geometry().top() > plot.geometry().bottom()
+        assert label.height() >= label.heightForWidth(label.width())
+    panels.stop()

@@ -73,6 +73,13 @@ def test_an_over_long_message_is_refused_and_the_chat_goes_on(qtbot, window):
     assert long_text not in [t["content"] for t in chat.build_request().messages]
     roles = [(m.role, m.status) for m in chat.store.messages(chat.conv_id)]
     assert roles == [("user", "refused"), ("user", "complete"), ("assistant", "complete")]
+    # refused again after a reply: Regenerate does not answer the older turns instead
+    assert chat.regen_btn.isEnabled()
+    _say(qtbot, chat, long_text)
+    assert chat.store.messages(chat.conv_id)[-1].status == "refused"
+    assert not chat.regen_btn.isEnabled()
+    chat.regenerate()
+    assert chat.job is None and len(chat.store.messages(chat.conv_id)) == 4
 
 
 def test_a_refused_message_edited_shorter_gets_its_reply(qtbot, window):

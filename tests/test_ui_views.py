@@ -269,6 +269,9 @@ def test_status_bar_names_the_drafter_in_use_with_the_tables_size(
     w.chat.spec_combo.set_kind("prompt-lookup")
     line = w.status_model.text()
     assert "tiny-draft" not in line and "Prompt lookup" in line  # the drafter actually used
+    w.chat.spec_combo.set_kind("dflash")  # its own drafter, never the loaded draft model
+    assert "tiny-draft" not in w.status_model.text() and "DFlash" in w.status_model.text()
+    assert "tiny-draft" not in w.chat.model_label.text()
     w.chat.spec_combo.set_kind("none")
     assert "no speculation" in w.status_model.text()
 

@@ -79,6 +79,11 @@ def is_gguf(path: str | Path) -> bool:
     except OSError:
         return False
 
+def shown(text: str) -> str:
+    """A name read from the file, fit for a message: printable, short, quoted."""
+    clean = "".join(c if c.isprintable() else "?" for c in text[:60])
+    return repr(clean + ("…" if len(text) > 60 else "")) if clean else "an unnamed entry"
+
 
 class _Reader:
     """Reads a header with every count and length bounded by what the file can hold."""
@@ -98,6 +103,7 @@ class _Reader:
         if count * each > self.left():
             raise self.damaged(f"declares {count:,} {what}, more than its {self.size:,} bytes "
                                "can hold (a damaged or incomplete file)")
+
 
     def take(self, fmt: str, width: int):
         data = self.fh.read(width)
@@ -133,10 +139,10 @@ def _tensor_infos(r: _Reader, head: GGUFHeader) -> None:
         name = r.string() or ""
         n_dims = r.take("<I", 4)
         if not 1 <= n_dims <= 8:
-            raise r.damaged(f"gives tensor {name[:80]!r} {n_dims} dimensions")
+            raise r.damaged(f"gives tensor {shown(name)} {n_dims} dimensions")
         dims = [r.take("<Q", 8) for _ in range(n_dims)]
         kind, offset = r.take("<I", 4), r.take("<Q", 8)
-        infos.append((name[:80], dims, kind, offset))
+        infos.append((shown(name), dims, kind, offset))
     align = head.meta.get("general.alignment", 32)
     if not isinstance(align, int) or align <= 0 or align & (align - 1) or align > 1 << 20:
         raise r.damaged(f"gives an alignment of {align!r}")
@@ -146,16 +152,16 @@ def _tensor_infos(r: _Reader, head: GGUFHeader) -> None:
         try:
             block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
         except (ValueError, KeyError):
-            raise r.damaged(f"gives tensor {name!r} an unknown number format ({kind})") from None
+            raise r.damaged(f"gives tensor {name} an unknown number format ({kind})") from None
         count = 1
         for d in dims:
             count *= d
         if count > 1 << 48 or dims[0] % block:
-            raise r.damaged(f"gives tensor {name!r} an impossible shape {tuple(dims)}")
+            raise r.damaged(f"gives tensor {name} an impossible shape {tuple(dims)}")
         nbytes = count // block * type_size
         if offset % align or offset + nbytes > room:
             raise GGUFHeaderError(
-                f"{r.name} cannot be read as GGUF: tensor {name!r} lies past the end of the file "
+                f"{r.name} cannot be read as GGUF: tensor {name} lies past the end of the file "
                 f"({offset + nbytes + data_start:,} of {r.size:,} bytes; an incomplete download?).")
 
 
@@ -184,11 +190,11 @@ def read_header(path: str | Path, *, tensors: bool = False) -> GGUFHeader:
                 itype, count = r.take("<I", 4), r.take("<Q", 8)
                 head.array_lengths[key] = count
                 if itype == _STRING:
-                    r.fits(count, 8, f"items in {key[:80]}")
+                    r.fits(count, 8, f"items in {shown(key)}")
                     for _ in range(count):
                         r.string(keep=False)
                 elif itype in _SCALARS:
-                    r.fits(count, _SCALARS[itype][1], f"items in {key[:80]}")
+                    r.fits(count, _SCALARS[itype][1], f"items in {shown(key)}")
                     fh.seek(count * _SCALARS[itype][1], 1)
                 else:
                     raise GGUFHeaderError(f"{path.name} has nested arrays in its header.")

@@ -69,7 +69,16 @@ def run(args: argparse.Namespace) -> int:
     result = run_soak(session, SoakConfig(requests=args.requests, seed=args.seed,
                                           max_tokens=args.max_tokens), progress=progress)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.format_text())
-    return 0 if result.ok else 1
+    return _exit_code(result)
+
+
+def _exit_code(result) -> int:
+    """130 when stopped with Ctrl+C, 3 when the soak found a fault, else 0."""
+    from app.cli import EXIT_FOUND_PROBLEMS, EXIT_INTERRUPTED
+
+    if getattr(result, "interrupted", False):
+        return EXIT_INTERRUPTED
+    return 0 if result.ok else EXIT_FOUND_PROBLEMS
 
 
 def run_server(args: argparse.Namespace) -> int:
@@ -104,6 +113,4 @@ def run_server(args: argparse.Namespace) -> int:
         if not result.ok and args.verbose:
             print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.format_text())
-    if result.interrupted:
-        return 130
-    return 0 if result.ok else 1
+    return _exit_code(result)

@@ -3,11 +3,12 @@ drafter's proposal cost.
 
 ``measure_target`` is a generator: it yields ``Step`` items (for progress shown to the person)
 and returns the ``Calibration``; use it as ``cal = yield from measure_target(...)``. It feeds
-dummy tokens, so it needs no prompt: at the smallest context it times most pass sizes up to
-``MAX_PASS``, then reads more dummy tokens to reach each longer context and times a few
-sizes there. Longer contexts are measured while the model's context allows them and the time
-spent stays within ``budget_s`` (a slow machine keeps fewer). Every pass is rewound with the
-target's own rollback, so the sweep works on every cache kind decoding supports.
+dummy tokens, so it needs no prompt: at the smallest context it times a few pass sizes up to
+``MAX_PASS`` and, while the time budget allows, the sizes between them; then it reads more
+dummy tokens to reach each longer context and times a few sizes there. Longer contexts are
+measured while the model's context allows them and the time spent stays within ``budget_s``
+(a slow machine keeps fewer). Every pass is rewound with the target's own rollback, so the
+sweep works on every cache kind decoding supports.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ REPEATS = 2  # each pass timed this many times; the fastest counts (noise only a
 # reply keeps it short, ``draftpair calibrate`` takes its time
 BUDGET_S = 10.0
 CALIBRATE_BUDGET_S = 120.0
+IDLE_LOAD = 0.5  # runnable programs per CPU below which a table measured while busy is redone
+CALIBRATE_REPEATS = 3  # the command takes its time: one more try per pass against noise
 CHUNK = 512  # dummy tokens read per step on the way to a longer context
 
 
@@ -54,7 +57,7 @@ def _contexts(limit: int | None) -> list[int]:
 
 
 def measure_target(target: LoadedModel, *, context_limit: int | None = None,
-                   budget_s: float = BUDGET_S,
+                   budget_s: float = BUDGET_S, repeats: int = REPEATS,
                    contexts: list[int] | None = None) -> Generator[Step, None, Calibration]:
     """Time the target's passes; yields progress, returns the table (not yet kept)."""
     started = time.perf_counter()
@@ -62,7 +65,7 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
     plans = [list(FIRST_SIZES if i == 0 else WIDE_SIZES)
              for i in range(len(ctxs))]
     reads = [max(0, -(-(c - p) // CHUNK)) for p, c in zip([0, *ctxs], ctxs, strict=False)]
-    total = sum(len(p) * REPEATS for p in plans) + sum(reads)
+    total = sum(len(p) * repeats for p in plans) + sum(reads)
     done = 0
     rb = rollback.for_target(target)
     cache = make_cache(target)
@@ -73,7 +76,7 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
     read_ms_per_token: float | None = None  # measured on the last full chunk read
     for ci, (ctx, plan) in enumerate(zip(ctxs, plans, strict=True)):
         if ci > 0 and _over_budget(started, budget_s, ctx - held, plan, rows[-1], sizes[-1],
-                                   read_ms_per_token):
+                                   read_ms_per_token, repeats):
             break
         while held < ctx:
             n = min(CHUNK, ctx - held)
@@ -85,23 +88,31 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
             done += 1
             yield Step(done, total)
         times: dict[int, float] = {}
-        for _ in range(REPEATS):
-            for n in plan:
-                times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
-                done += 1
-                yield Step(done, total)
+        # the sizes every row has first; the first row's in-between sizes while time allows
+        core = [n for n in plan if n in WIDE_SIZES]
+        for group in (core, [n for n in plan if n not in WIDE_SIZES]):
+            for _ in range(repeats):
+                for n in group:
+                    if n not in times and group is not core and _past(
+                            started, budget_s, _between(times, n) * repeats):
+                        done += 1
+                        continue
+                    times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
+                    done += 1
+                    yield Step(done, total)
+        kept = sorted(times)
         top, row = 0.0, []
-        for n in plan:  # a wider pass never costs less (timing noise): a running maximum
+        for n in kept:  # a wider pass never costs less (timing noise): a running maximum
             top = max(top, times[n])
             row.append(top)
         measured_ctx.append(ctx)
-        sizes.append(plan)
+        sizes.append(kept)
         rows.append(row)
     del cache
     yield Step(total, total)
     return new_table(target.path, target_key(target.path, target.precision), measured_ctx,
                      sizes, _never_cheaper_later(sizes, rows), time.perf_counter() - started,
-                     load=_load())
+                     load=current_load())
 
 
 def _never_cheaper_later(sizes: list[list[int]], rows: list[list[float]]) -> list[list[float]]:
@@ -121,7 +132,7 @@ def _never_cheaper_later(sizes: list[list[int]], rows: list[list[float]]) -> lis
     return out
 
 
-def _load() -> float:
+def current_load() -> float:
     """How busy the computer was while measuring: runnable programs per CPU (1-minute load
     average; 0 where the system does not say)."""
     import os
@@ -143,16 +154,26 @@ def _pass_ms(target: LoadedModel, rb: Any, cache: list[Any], n: int) -> float:
     return ms
 
 
+def _past(started: float, budget_s: float, more_ms: float) -> bool:
+    return time.perf_counter() - started + more_ms / 1e3 > budget_s
+
+
+def _between(times: dict[int, float], n: int) -> float:
+    """A pass of ``n`` tokens estimated from the nearest wider one timed."""
+    wider = [m for m in times if m >= n]
+    return times[min(wider)] if wider else max(times.values())
+
+
 def _over_budget(started: float, budget_s: float, to_read: int, plan: list[int],
                  last_row: list[float], last_sizes: list[int],
-                 read_ms_per_token: float | None) -> bool:
+                 read_ms_per_token: float | None, repeats: int) -> bool:
     """Whether reading ``to_read`` more tokens and timing ``plan`` would pass the budget,
     estimated from the last context's times (a longer context only costs more) and the last
     chunk's reading rate (before one was read: the widest pass's rate, which reads fewer
     tokens at a time and so overestimates)."""
     per_token_ms = read_ms_per_token or last_row[-1] / last_sizes[-1]
     by_size = dict(zip(last_sizes, last_row, strict=True))
-    sweep_ms = REPEATS * sum(by_size.get(n, last_row[-1]) for n in plan)
+    sweep_ms = repeats * sum(by_size.get(n, last_row[-1]) for n in plan)
     estimate_s = (to_read * per_token_ms + sweep_ms) / 1e3
     return time.perf_counter() - started + estimate_s > budget_s
 

@@ -18,6 +18,7 @@ from typing import Any
 import mlx.core as mx
 
 from app.engine import proposals
+from app.engine.drafters.base import Drafter
 from app.engine.events import (
     DoneEvent,
     Event,
@@ -71,7 +72,7 @@ class RoundLoop:
                                queued=source.drafter is None, history=source.width)
 
     @classmethod
-    def with_drafter(cls, *, target: LoadedModel, drafter: Any, prompt: list[int],
+    def with_drafter(cls, *, target: LoadedModel, drafter: Drafter | None, prompt: list[int],
                      request: GenerationRequest, rule: str, width: int,
                      cancel: threading.Event | None, policy: PolicyFactory | None = WidthPolicy,
                      **kw: Any) -> RoundLoop:

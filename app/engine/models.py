@@ -13,6 +13,7 @@ import mlx.nn as nn
 
 from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
+from app.engine.mlx_types import flat_arrays
 from app.errors import ModelLoadError, technical_detail, user_message
 from app.fileio import JSON_LIMIT, read_regular_text, special_files
 
@@ -54,9 +55,7 @@ class LoadedModel:
         return set(self.tokenizer.eos_token_ids or [])
 
     def weight_bytes(self) -> int:
-        from mlx.utils import tree_flatten
-
-        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+        return sum(v.nbytes for _, v in flat_arrays(self.model.parameters()))
 
 
 _EMBEDDING_NAMES = ("embed_tokens", "embeddings", "wte", "tok_embeddings", "word_embeddings")
@@ -115,15 +114,13 @@ def validate_folder(path: Path) -> dict[str, Any]:
 
 
 def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
-    from mlx.utils import tree_flatten
-
     dense = sorted({str(v.dtype).replace("mlx.core.", "")
                     for _, m in model.named_modules() if "scales" not in m
                     for v in m.values() if isinstance(v, mx.array) and v.ndim >= 2})
     quant = [m for _, m in model.named_modules() if "scales" in m]
     if not quant:
         dtypes = {str(v.dtype).replace("mlx.core.", "")
-                  for _, v in tree_flatten(model.parameters())}
+                  for _, v in flat_arrays(model.parameters())}
         return "/".join(sorted(dtypes))
     if any(isinstance(m, nn.QuantizedLinear) for m in quant) or not dense:
         q = config.get("quantization") or config.get("quantization_config") or {}
@@ -137,16 +134,19 @@ def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
 def dequantized_weight(layer: nn.Module, rows: mx.array | None = None) -> mx.array:
     """The weight of an embedding or linear layer (only ``rows`` if given), dequantized if
     the layer is quantized; the result takes the dtype of its scales."""
-    pick = (lambda a: a) if rows is None else (lambda a: a[rows])
+    def pick(a: mx.array) -> mx.array:
+        return a if rows is None else a[rows]
+
     if "scales" not in layer:
         return pick(layer.weight)
     biases = pick(layer["biases"]) if "biases" in layer else None
-    return mx.dequantize(pick(layer.weight), pick(layer.scales), biases,
-                         group_size=layer.group_size, bits=layer.bits,
-                         mode=getattr(layer, "mode", "affine"))
+    out: mx.array = mx.dequantize(pick(layer.weight), pick(layer.scales), biases,
+                                  group_size=layer.group_size, bits=layer.bits,
+                                  mode=getattr(layer, "mode", "affine"))
+    return out
 
 
-def _cast_dense(model: nn.Module, dtype) -> None:
+def _cast_dense(model: nn.Module, dtype: mx.Dtype) -> None:
     """Cast the floating-point arrays of unquantized modules; quantized ones keep theirs."""
     for _, m in model.named_modules():
         if "scales" in m:

@@ -32,7 +32,7 @@ from app.engine.prompt_cache import (
 from app.engine.taps import Hidden, TapRequest
 
 
-def model_key(target: LoadedModel, fresh_cache: list[Any]) -> tuple:
+def model_key(target: LoadedModel, fresh_cache: list[Any]) -> tuple[Any, ...]:
     return (str(target.path), id(target.model), signature(fresh_cache))
 
 
@@ -57,30 +57,26 @@ class ConversationLease(Lease):
                           if drafter is not None and drafter.keeps_state else None)
         reuse = store.take(self.key, self.prompt, self.draft_key, conversation)
         conv = reuse.conversation
-        if conv is not None and needs is not None and (
-                conv.rows is None or not conv.rows.covers(needs)):
-            conv, reuse = None, Reuse(None)  # no rows to rebuild the drafter from: read all
+        kept = conv.rows if conv is not None else None
+        if conv is not None and needs is not None and (kept is None or not kept.covers(needs)):
+            conv, reuse, kept = None, Reuse(None), None  # nothing to rebuild it from: read all
         self.cache_n = reuse.cache_n
         self.state = conv.target if conv is not None else CachedState([], fresh_cache)
+        super().__init__(self.state.cache)  # (rewinds change its entries, never the list)
+        if needs is not None and drafter is not None and kept is not None:
+            drafter.resume_rows(kept.hidden(self.cache_n))  # (``take`` rewound them with it)
+        if drafter is not None and reuse.draft is not None:
+            drafter.resume(reuse.draft)
+        # the rows go on with the conversation while they cover what is kept from now on
         self.kept_rows: KeptRows | None = None
         if self.taps is not None:
             if conv is None:
                 self.kept_rows = KeptRows(self.taps)
-            elif conv.rows is not None and conv.rows.covers(self.taps):
-                self.kept_rows = conv.rows  # (rewound with the target's state by ``take``)
-        if needs is not None and drafter is not None and self.cache_n:
-            assert self.kept_rows is not None or (conv is not None and conv.rows is not None)
-            rows = (self.kept_rows or conv.rows).hidden(self.cache_n)  # type: ignore[union-attr]
-            drafter.resume_rows(rows)
-        if drafter is not None and reuse.draft is not None:
-            drafter.resume(reuse.draft)
+            elif kept is not None and kept.covers(self.taps):
+                self.kept_rows = kept
         self.draft_state: CachedState | None = None
         if self.state.needs_snapshots:  # a regenerated reply can reuse the whole prompt
             self.boundary = len(self.prompt) - 1
-
-    @property
-    def cache(self) -> list[Any]:  # type: ignore[override]
-        return self.state.cache
 
     # -- hooks ---------------------------------------------------------------------------
     def prompt_read(self, n: int) -> None:

@@ -92,27 +92,31 @@ class TargetStep:
 
     # -- steps --------------------------------------------------------------------------
     def plain(self, committed: list[int]) -> Step:
-        parts: list[Hidden | None] = []
+        parts: list[Hidden] = []
         fed = len(self.pending)
         if self.pending:
             logits, hidden = self._forward(mx.array(self.pending, dtype=mx.uint32))
             self.carry = logits[-1:]
-            parts.append(hidden)
+            if hidden is not None:
+                parts.append(hidden)
             self.pending = []
+        assert self.carry is not None  # logits for the next position: nothing is pending
         rows = sm.process_rows(self.carry, self._history(committed), [], self.processors)
         tok = sm.sample(rows, self.sampling)
         if not self.queued:  # the next step feeds it, with proposals if it drafts
-            t = int(tok.item())
+            t = int(tok.item())  # type: ignore[arg-type]  # (a token id)
             self.pending = [t]
             self.carry = None
-            self.hidden = Hidden.concat(parts) if self.taps is not None and parts else None
+            # (no rows when it fed nothing: an empty Hidden, not a missing one)
+            self.hidden = Hidden.concat(parts) if self.taps is not None else None
             return Step([t], 0, fed)
         # queue the next target step before syncing (mlx-lm's pipelining)
         logits, hidden = self._forward(tok.astype(mx.uint32))
         next_carry = logits[-1:]
-        parts.append(hidden)
+        if hidden is not None:
+            parts.append(hidden)
         mx.async_eval(tok, next_carry)
-        t = int(tok.item())
+        t = int(tok.item())  # type: ignore[arg-type]  # (a token id)
         self.carry = next_carry
         self.hidden = Hidden.concat(parts) if self.taps is not None else None
         return Step([t], 0, fed + 1)
@@ -130,6 +134,7 @@ class TargetStep:
         if n_pending:
             rows = logits[n_pending - 1 :]
         else:
+            assert self.carry is not None
             rows = mx.concatenate([self.carry, logits], axis=0)
         rows = sm.process_rows(rows, self._history(committed), proposal.tokens, self.processors)
         verdict = verify(rows, proposal, sampling=self.sampling, rule=rule)

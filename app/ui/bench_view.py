@@ -7,6 +7,7 @@ the ones ``draftpair bench`` reports); this view only starts it, shows progress 
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,11 @@ COLUMNS = ("Task", "Kind", "T", "Speculation", "tok/s", "Speedup", "Verdict", "A
            "Same text as off")
 
 
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60}:{s % 60:02d}"
+
+
 class BenchView(View):
     bench_done = Signal(object)  # BenchReport | None
 
@@ -52,6 +58,7 @@ class BenchView(View):
         client = self.client
         self.report: Any = None
         self._running = False
+        self._started = time.monotonic()
         self._build()
         client.bench_progress.connect(self._on_progress)
         client.bench_finished.connect(self._on_finished)
@@ -61,8 +68,13 @@ class BenchView(View):
         title = QLabel("Bench: which speculation pays on which kind of task")
         title.setProperty("role", "title")
         self.preset = QComboBox()
-        self.preset.addItem("Quick (about a minute: short tasks, T=0, 1 run)", "quick")
+        self.preset.addItem("Quick (about a minute on an idle computer)", "quick")
+        self.preset.setItemData(0, "The 2 quick tasks at temperature 0, each measured once with "
+                                "short replies, DraftPair's own rows only. Other programs "
+                                "using the CPU make it take longer.", Qt.ItemDataRole.ToolTipRole)
         self.preset.addItem("Full (several minutes: every task, repeats)", "full")
+        self.preset.setItemData(1, "Every task, measured Runs times each (medians), with the "
+                                "mlx-lm rows beside DraftPair's.", Qt.ItemDataRole.ToolTipRole)
         self.preset.currentIndexChanged.connect(self._on_preset)
         self.runs = QSpinBox()
         self.runs.setRange(1, 10)
@@ -84,11 +96,12 @@ class BenchView(View):
         row.addWidget(QLabel("Runs"))
         row.addWidget(self.runs)
         row.addWidget(self.hot)
-        row.addSpacing(12)
-        row.addWidget(self.run_btn)
-        row.addWidget(self.stop_btn)
-        row.addWidget(self.export_btn)
         row.addStretch(1)
+        # the buttons share the progress bar's row, so the view fits a 1024-pixel-wide window
+        actions = QHBoxLayout()
+        actions.addWidget(self.run_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.export_btn)
         self.pair_label = QLabel("")
         self.pair_label.setProperty("role", "muted")
         self.progress = QProgressBar()
@@ -142,7 +155,8 @@ class BenchView(View):
         outer.addWidget(title)
         outer.addWidget(self.pair_label)
         outer.addLayout(row)
-        outer.addWidget(self.progress)
+        actions.addWidget(self.progress, 1)
+        outer.addLayout(actions)
         outer.addWidget(self.message)
         outer.addWidget(split, 1)
         self._update_buttons()
@@ -172,9 +186,12 @@ class BenchView(View):
             item.addItem(bar)
             self._bars.append(bar)
             label = {"off": "Off", **KIND_LABELS}.get(r["condition"], r["condition"])
+            # dark text on a light plate (light on dark): readable on the bar and past its end
+            plate = QColor(c.base)
+            plate.setAlpha(200)
             text = pg.TextItem(
                 f"{r['task_id']} T={r['temperature']:g} · {label}   {r['speedup']:.2f}×",
-                color=c.accent_text, anchor=(0, 0.5),
+                color=c.text, anchor=(0, 0.5), fill=pg.mkBrush(plate),
             )
             text.setPos(0.02, i)
             item.addItem(text)
@@ -236,6 +253,7 @@ class BenchView(View):
         else:
             config = BenchConfig(runs=self.runs.value(), **common)
         self._running = True
+        self._started = time.monotonic()
         self.report = None
         self.table.setRowCount(0)
         self.recs.setText("")
@@ -253,7 +271,11 @@ class BenchView(View):
 
     def _on_progress(self, p: Any) -> None:
         self.progress.setValue(int(1000 * p.fraction))
-        self.progress.setFormat(f"{p.done}/{p.total} runs  (%p%)")
+        elapsed = time.monotonic() - self._started
+        left = ""
+        if 0 < p.done < p.total:  # the runs so far say how long the rest takes
+            left = f", about {_clock(elapsed / p.done * (p.total - p.done))} left"
+        self.progress.setFormat(f"{p.done}/{p.total} runs · {_clock(elapsed)}{left}  (%p%)")
         self.message.setText(p.message)
         if p.rows is not None and self._running:  # a run finished: show what is measured so far
             self._fill_rows(list(p.rows))
@@ -287,7 +309,8 @@ class BenchView(View):
         if recs:
             lines = []
             for kind, rec in recs.items():
-                what = KIND_LABELS.get(rec.draft_kind, rec.draft_kind)
+                what = ("No recommendation yet" if rec.reason.startswith("too few runs")
+                        else KIND_LABELS.get(rec.draft_kind, rec.draft_kind))
                 speed = f" ({rec.speedup:.2f}×)" if rec.speedup else ""
                 lines.append(f"<b>{html.escape(kind)}</b>: {html.escape(what)}{speed} — "
                              f"<span style='color:{c.muted}'>{html.escape(rec.reason)}</span>")

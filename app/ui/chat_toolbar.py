@@ -37,7 +37,6 @@ class ChatToolbar(QWidget):
         super().__init__(parent)
         self.model_label = ElidedLabel("No model loaded")
         self.model_label.setObjectName("model_line")
-        self.model_label.setMinimumWidth(120)
         self.change_btn = QPushButton("Change models…")
         self.change_btn.setFlat(True)
         self.spec_combo = SpecCombo()

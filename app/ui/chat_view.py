@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
 from app.ui.chat_conversations import ConversationsPanel
 from app.ui.chat_draft import DraftSection, model_line, template_note
 from app.ui.chat_input import InputArea
@@ -235,10 +236,11 @@ class ChatView(View):
             "Wait: Compare or Bench is using the engine" if elsewhere else self.input_area.send_tip()
         )
         self.stop_btn.setEnabled(busy)
-        has_reply = any(m.role == "assistant" for m in self._messages()) if self.conv_id else False
+        msgs = self._messages()
+        has_reply = bool(msgs) and msgs[-1].role == "assistant"  # the last reply can be redone
         self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
-        self.width_spin.setEnabled(not busy and self.spec_combo.kind() != "none")
+        self.width_spin.setEnabled(not busy and not kinds.is_off(self.spec_combo.kind()))
         if not busy and not self.client.busy_loading:
             if not self.client.state.target:
                 self.state_label.setText("No model loaded: choose one in Models.")
@@ -350,6 +352,8 @@ class ChatView(View):
         if self.job is not None or self.conv_id is None:
             return
         msgs = self._messages()
+        if not msgs or msgs[-1].role != "assistant":
+            return  # nothing to replace (the last message may be a refused one)
         while msgs and msgs[-1].role == "assistant":
             self.store.delete_message(msgs.pop().id)
         if not msgs:
@@ -386,7 +390,7 @@ class ChatView(View):
         self.settings.draft_kind = kind
         self.draft_section.sync_kind(kind)
         self.model_label.setText(model_line(self.client.state, kind))
-        self.width_spin.setEnabled(kind != "none" and self.job is None)
+        self.width_spin.setEnabled(not kinds.is_off(kind) and self.job is None)
         reason = self.spec_combo.unavailable_reason()
         if reason:
             self.state_label.setText(

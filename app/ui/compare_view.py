@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
 from app.bench.contention import RunContention
 from app.bench.measure import WARMUP_TOKENS, ContentionMeter, PlannedRun
 from app.ui.compare_card import card_html
@@ -120,12 +121,14 @@ class CompareView(View):
         ):
             controls.addWidget(QLabel(label))
             controls.addWidget(w)
-        controls.addSpacing(12)
-        controls.addWidget(self.run_btn)
-        controls.addWidget(self.stop_btn)
-        controls.addWidget(self.export_btn)
-        controls.addWidget(self.progress)
         controls.addStretch(1)
+        # the buttons get a row of their own, so the view fits a 1024-pixel-wide window
+        actions = QHBoxLayout()
+        actions.addWidget(self.run_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.export_btn)
+        actions.addWidget(self.progress, 1)
+        actions.addStretch(1)
         note = QLabel(
             "Greedy decoding (temperature 0): exact speculation must give the same text as "
             "plain decoding. Warm-up runs are not counted."
@@ -182,6 +185,7 @@ class CompareView(View):
         tv.addWidget(self.prompt)
         tv.addLayout(side_row)
         tv.addLayout(controls)
+        tv.addLayout(actions)
         tv.addWidget(note)
         mid = QHBoxLayout()
         mid.addLayout(texts, 1)
@@ -321,7 +325,7 @@ class CompareView(View):
             return Job(request=remote, tag="compare", source=REMOTE)
         local = GenerationRequest(
             prompt=meta["prompt"],
-            draft_kind=meta["kind"] if run.condition == "on" else "none",
+            draft_kind=meta["kind"] if run.condition == "on" else kinds.OFF,
             draft_width=meta["width"],
             sampling=SamplingParams(temperature=0.0),
             max_tokens=max_tokens,
@@ -404,7 +408,8 @@ class CompareView(View):
 
     def _show_summary(self, *, partial: bool, contention: RunContention | None = None) -> None:
         remote = self._request_meta.get("remote")
-        local_draft = self._request_meta.get("kind") == "full-model" and not remote
+        plugin = kinds.find(self._request_meta.get("kind"))
+        local_draft = plugin is not None and plugin.draft_is_lm and not remote  # its weights
         draft_bytes = self.client.state.draft_bytes if local_draft else 0
         s = summarize(self.results, draft_weights_bytes=draft_bytes, contention=contention)
         self.summary = s

@@ -107,12 +107,12 @@ class ModelsView(View):
         self.remove_btn.clicked.connect(lambda: self.remove_selected())
         self.list_status = QLabel("")
         self.list_status.setProperty("role", "muted")
+        self.list_status.setWordWrap(True)  # never what sets the view's width
         row = QHBoxLayout()
         row.addWidget(refresh)
         row.addWidget(imp)
         row.addWidget(self.remove_btn)
-        row.addStretch(1)
-        row.addWidget(self.list_status)
+        row.addWidget(self.list_status, 1, Qt.AlignmentFlag.AlignRight)
 
         self.pairing = PairingPanel(self.bg, self.settings, self.colors, self._entry, self)
         self.pairing.shown.connect(self.pairing_shown.emit)
@@ -182,7 +182,8 @@ class ModelsView(View):
     def _on_listed(self, result: tuple[list[Any], dict[str, Any]]) -> None:
         self.entries, self.fits = result
         n = len(self.entries)
-        self.list_status.setText(f"{n} model{'s' if n != 1 else ''} · context {self.settings.context_length} tokens for memory estimates")
+        self.list_status.setText(f"{n} model{'s' if n != 1 else ''} · memory for "
+                                 f"{self.settings.context_length:,} tokens of context")
         self._fill_table()
         if self._pairing_for is None:
             current = self.settings.target or "demo"

@@ -14,6 +14,11 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
+from app.kinds import OFF
+from app.plugins.dflash import PLUGIN as _DFLASH
+
+DFLASH = _DFLASH.name
+
 
 def heldout_prompts(n: int, exclude: set[str]) -> list[dict]:
     from app.demo.prompts import prompt_stream
@@ -51,7 +56,7 @@ def compare(drafter: Path | None, *, prompts: int = 12, exclude: AbstractSet[str
 
     def run(msgs, kind):
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
-                                draft_width=width if kind != "none" else None,
+                                draft_width=width if kind != OFF else None,
                                 allow_fallback=False)
         done = None
         for ev in s.generate(req):
@@ -62,15 +67,15 @@ def compare(drafter: Path | None, *, prompts: int = 12, exclude: AbstractSet[str
         return done
 
     todo = heldout_prompts(prompts, set(exclude))
-    run(todo[0]["messages"], "none")  # warm-up (and the drafter's cost measurement)
-    run(todo[0]["messages"], "dflash")
+    run(todo[0]["messages"], OFF)  # warm-up (and the drafter's cost measurement)
+    run(todo[0]["messages"], DFLASH)
     ratios, rows, same = [], [], 0
     for i, p in enumerate(todo):
-        order = ("none", "dflash") if i % 2 == 0 else ("dflash", "none")
+        order = (OFF, DFLASH) if i % 2 == 0 else (DFLASH, OFF)
         res = {k: run(p["messages"], k) for k in order}
-        a, b = res["none"].timings, res["dflash"].timings
+        a, b = res[OFF].timings, res[DFLASH].timings
         ratio = b.predicted_per_second / max(a.predicted_per_second, 1e-9)
-        identical = res["none"].token_ids == res["dflash"].token_ids
+        identical = res[OFF].token_ids == res[DFLASH].token_ids
         same += identical
         ratios.append(ratio)
         rows.append({"id": p["id"], "kind": p["kind"], "tokens": b.predicted_n,

@@ -21,6 +21,10 @@ from typing import Any
 
 from app.checkpoints.inspect import read_draft_head
 from app.errors import DraftPairError
+from app.kinds import OFF
+from app.plugins.full_model import PLUGIN as _FULL
+
+FULL = _FULL.name  # the drafter this evaluates against plain decoding
 
 
 def load_draft(folder: Path):
@@ -203,22 +207,22 @@ def engine_eval(target_path: Path, draft_path: Path, records: list[dict], *, k: 
 
     def run(msgs, kind):
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
-                                draft_width=k if kind != "none" else None)
+                                draft_width=k if kind != OFF else None)
         done = None
         for event in s.generate(req):
             if isinstance(event, DoneEvent):
                 done = event
         return done
 
-    run(make_prompt(int(records[0]["index"]))["messages"], "none")  # warm-up
-    run(make_prompt(int(records[0]["index"]))["messages"], "full-model")
+    run(make_prompt(int(records[0]["index"]))["messages"], OFF)  # warm-up
+    run(make_prompt(int(records[0]["index"]))["messages"], FULL)
     ratios, same, rows = [], 0, []
     acc = rnd = emitted = verifies = 0
     for i, r in enumerate(records):
         msgs = make_prompt(int(r["index"]))["messages"]
-        kinds = ("none", "full-model") if i % 2 == 0 else ("full-model", "none")
+        kinds = (OFF, FULL) if i % 2 == 0 else (FULL, OFF)
         res = {kind: run(msgs, kind) for kind in kinds}
-        a, b = res["none"], res["full-model"]
+        a, b = res[OFF], res[FULL]
         ta, tb = a.timings, b.timings
         ratio = tb.predicted_per_second / max(ta.predicted_per_second, 1e-9)
         ratios.append(ratio)

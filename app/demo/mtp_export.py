@@ -15,7 +15,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from app.demo.mtp_eval import RUN_ALONE
+from app.demo.mtp_eval import FULL, MTP, RUN_ALONE
 from app.engine.mlx_types import load_arrays
 
 
@@ -92,7 +92,7 @@ def engine_sections(evals: dict) -> str:
     command that reproduces it."""
     eng_lines = ""
     for which, eng in sorted((evals.get("engine_runs") or {}).items()):
-        m, f = eng["mtp"], eng["full-model"]
+        m, f = eng[MTP], eng[FULL]
         prompt_set = which.removesuffix(RUN_ALONE)
         alone = not eng.get("lookup_assist", True)
         eng_lines += (

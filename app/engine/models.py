@@ -13,7 +13,7 @@ import mlx.nn as nn
 
 from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
-from app.engine.trees import flat_arrays
+from app.engine.mlx_types import flat_arrays
 from app.errors import ModelLoadError, technical_detail, user_message
 from app.fileio import JSON_LIMIT, read_regular_text, special_files
 

@@ -78,6 +78,6 @@ def chunked(
 
 def cache_arrays(cache: list[Any]) -> list[Any]:
     """Every array a model cache holds (to evaluate it with a chunk)."""
-    from app.engine.trees import flat_arrays
+    from app.engine.mlx_types import flat_arrays
 
     return [a for _, a in flat_arrays([c.state for c in cache])]

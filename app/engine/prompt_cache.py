@@ -56,11 +56,10 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _arrays(obj: Any) -> list[Any]:
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
+    from app.engine.mlx_types import flat_arrays
 
     state = obj.state if hasattr(obj, "state") else obj
-    return [a for _, a in tree_flatten(state) if isinstance(a, mx.array)]
+    return [a for _, a in flat_arrays(state)]
 
 
 def cache_nbytes(cache: list[Any]) -> int:
@@ -73,7 +72,7 @@ def held_length(cache: list[Any]) -> int | None:
     return max(offsets) if offsets else None
 
 
-def signature(cache: list[Any]) -> tuple:
+def signature(cache: list[Any]) -> tuple[Any, ...]:
     """What must match for a kept cache to stand in for a fresh one of the same model."""
     return tuple((type(c).__name__, getattr(c, "max_size", None), getattr(c, "keep", None))
                  for c in cache)
@@ -240,7 +239,7 @@ class KeptRows:
 class Conversation:
     """What one conversation keeps: the target's state and each drafter's (by drafter key)."""
 
-    model_key: tuple
+    model_key: tuple[Any, ...]
     target: CachedState
     drafters: dict[str, CachedState] = field(default_factory=dict)
     key: str | None = None  # the conversation it belongs to (None: keyed by tokens only)
@@ -289,7 +288,7 @@ class PromptCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def take(self, model_key: tuple, prompt: list[int], draft_key: str | None = None,
+    def take(self, model_key: tuple[Any, ...], prompt: list[int], draft_key: str | None = None,
              conversation: str | None = None) -> Reuse:
         """The kept state sharing the longest prefix with ``prompt``, rewound there (at least
         one prompt token is always left to feed).

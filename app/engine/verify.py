@@ -19,6 +19,7 @@ from app.engine.events import (
     RULE_SAMPLE_MATCH,
     SamplingParams,
 )
+from app.engine.mlx_types import bool_list, int_list, item_int
 from app.engine.proposal import Proposal
 
 
@@ -96,14 +97,14 @@ def verify_chain(
     corrections = mx.random.categorical(mx.log(residual))
     bonus = mx.random.categorical(mx.log(p[k : k + 1]))
     mx.eval(accept, corrections, bonus, proposals)
-    acc_l = accept.tolist()
+    acc_l = bool_list(accept)
     n = 0
     while n < k and acc_l[n]:
         n += 1
-    token = int(corrections[n].item()) if n < k else int(bonus[0].item())
-    return Verdict(n, token, tuple(proposals.tolist()))
+    token = item_int(corrections[n]) if n < k else item_int(bonus[0])
+    return Verdict(n, token, tuple(int_list(proposals)))
 
 
 def _to_lists(target: mx.array, proposals: mx.array) -> tuple[list[int], list[int]]:
     mx.eval(target, proposals)
-    return target.tolist(), proposals.tolist()
+    return int_list(target), int_list(proposals)

@@ -13,6 +13,7 @@ import pytest
 
 from app import kinds
 from app.engine.drafters.base import Drafter, Proposal
+from tests.demo_gate import needs_demo
 
 NAME = "test-fixed-token"
 TOKEN = 5  # what the drafter always proposes
@@ -193,8 +194,7 @@ def _demo_dflash_ready() -> bool:
     return demo_target_ready() and (resource_path(DEMO_FOLDER) / "config.json").is_file()
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_asking_whether_kinds_can_run_loads_nothing():
     """The state refresh after loading or unloading asks every kind; only a reply that uses a
     kind makes the Session load (and hold) its weights."""

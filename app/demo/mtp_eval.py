@@ -30,12 +30,11 @@ RUN_ALONE = "/drafters-alone"  # the key suffix of a run without prompt lookup b
 
 
 def teacher_forced(workdir: Path, teacher_dir: Path, head: Path | None, log=print) -> dict:
-    from mlx_lm import load
-
     from app.demo.mtp_train import MTPTrainer
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_lm
 
-    target, tok = load(str(ensure_demo_target(log)))
+    target, tok = load_lm(str(ensure_demo_target(log)))
     tr = MTPTrainer(workdir, teacher_dir, target, tok, lambda m: None)
     weights = (head / "model.safetensors") if head else (tr.best / "weights.safetensors")
     if head is not None:

@@ -235,3 +235,15 @@ def test_a_kind_whose_engine_code_is_missing_is_named_by_the_check(tiny_models):
     missing = [f for f in report.findings if f.code == "kind.runtime_missing"]
     assert missing and "cannot run Missing-Runtime drafting" in missing[0].message
     assert not report.works
+
+
+def test_a_folder_for_a_kind_that_takes_none_is_refused_in_one_sentence(fixed_kind, tiny_models):
+    from app.engine.session import Session
+    from app.errors import user_message
+
+    s = Session()
+    s.load_target(tiny_models.target)
+    with pytest.raises(kinds.KindRefused) as err:
+        s.load_for(NAME, tiny_models.draft)
+    assert user_message(err.value) == "Fixed guess (test) takes no draft folder."
+    assert NAME not in s.assets

@@ -120,6 +120,10 @@ def _message(exc, folder, file, model_type) -> str:
         "parse error" in text and "json.exception" in text
     ):
         return f"{weights} is truncated or not a safetensors file (an interrupted download?)."
+    if "Unable to write" in text and ("[write]" in text or "[save" in text):
+        place = str(file or folder or "")  # MLX could not write a file: almost always a full disk
+        return (f"The disk{' holding ' + place if place else ''} is full or cannot be written; "
+                "free some space and try again.")
     if isinstance(exc, MemoryError):
         return "There is not enough memory for this; close other programs or pick a smaller model."
     if isinstance(exc, UnicodeDecodeError):
@@ -146,6 +150,8 @@ def _message(exc, folder, file, model_type) -> str:
 
 
 def _os_message(exc: OSError, where: str | Path | None) -> str:
+    if getattr(exc, "plain_sentence", False):
+        return str(exc)
     place = str(exc.filename) if exc.filename else (str(where) if where else "A file")
     code = exc.errno
     if isinstance(exc, FileNotFoundError) or code == errno.ENOENT:
@@ -153,6 +159,8 @@ def _os_message(exc: OSError, where: str | Path | None) -> str:
     if isinstance(exc, PermissionError) or code in (errno.EACCES, errno.EPERM):
         return f"{place} cannot be opened: permission denied (check its owner and permissions)."
     if code == errno.ENOSPC:
+        if not (exc.filename or where):
+            return "The disk is full; free some space and try again."
         return f"The disk holding {place} is full; free some space and try again."
     if code == errno.EROFS:
         return f"{place} is on a read-only disk."

@@ -31,6 +31,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "resources" / "screenshots")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--views", nargs="+", metavar="VIEW",
+                    help="only these views (Chat Compare Models Bench); the chat replies are "
+                         "skipped when Chat is not among them")
+    ap.add_argument("--sizes", nargs="+", default=["1360x860"], metavar="WxH",
+                    help="window sizes; the first is saved as VIEW-THEME.png, the others as "
+                         "VIEW-THEME-WxH.png")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -80,16 +86,18 @@ def main() -> int:
 
     wait(w.client.model_state)
     chat = w.chat
-    chat.spec_combo.set_kind("prompt-lookup")
-    chat.input.setPlainText(CHAT_PROMPT)
-    chat.send()
-    wait(chat.reply_finished)
     dflash = _demo_dflash_available()
-    if dflash or demo_draft_available():  # a trained drafter on an ordinary answer
-        chat.spec_combo.set_kind("dflash" if dflash else "full-model")
-    chat.input.setPlainText("Thanks! Now explain in two sentences why libraries matter.")
-    chat.send()
-    wait(chat.reply_finished)
+    wanted = args.views or list(w.views)
+    if "Chat" in wanted:
+        chat.spec_combo.set_kind("prompt-lookup")
+        chat.input.setPlainText(CHAT_PROMPT)
+        chat.send()
+        wait(chat.reply_finished)
+        if dflash or demo_draft_available():  # a trained drafter on an ordinary answer
+            chat.spec_combo.set_kind("dflash" if dflash else "full-model")
+        chat.input.setPlainText("Thanks! Now explain in two sentences why libraries matter.")
+        chat.send()
+        wait(chat.reply_finished)
     cmp = w.compare
     w.show_view("Compare")
     cmp.runs_spin.setValue(args.pairs)
@@ -102,7 +110,7 @@ def main() -> int:
     cmp.run()
     wait(cmp.compare_finished)
     bench = w.views.get("Bench")
-    if bench is not None and not args.no_bench:
+    if bench is not None and not args.no_bench and "Bench" in wanted:
         import dataclasses
 
         from app.bench import BenchConfig
@@ -126,17 +134,27 @@ def main() -> int:
             if "other-tokenizer" in group.child(j).text(0):
                 models.pair_tree.setCurrentItem(group.child(j))
     pause(2000)
-    for theme in ("light", "dark"):
-        w.set_theme(theme)
-        for view in w.views:
-            w.show_view(view)
-            pause(600)
-            path = args.out / f"{view.lower()}-{theme}.png"
-            w.grab().save(str(path))
-            if shutil.which("convert"):
-                subprocess.run(["convert", str(path), "-colors", "256", "PNG8:" + str(path)],
-                               check=False)
-            print(path, path.stat().st_size // 1024, "KB")
+    for n, size in enumerate(args.sizes):
+        width, height = (int(x) for x in size.lower().split("x"))
+        w.resize(width, height)
+        for theme in ("light", "dark"):
+            w.set_theme(theme)
+            for view in w.views:
+                if view not in wanted:
+                    continue
+                w.show_view(view)
+                pause(600)
+                got = w.size()
+                if (got.width(), got.height()) != (width, height):  # the window must fit
+                    print(f"{view}: the window is {got.width()}x{got.height()}, "
+                          f"not {width}x{height}", file=sys.stderr)
+                suffix = "" if n == 0 else f"-{width}x{height}"
+                path = args.out / f"{view.lower()}-{theme}{suffix}.png"
+                w.grab().save(str(path))
+                if shutil.which("convert"):
+                    subprocess.run(["convert", str(path), "-colors", "256", "PNG8:" + str(path)],
+                                   check=False)
+                print(path, path.stat().st_size // 1024, "KB")
     _ = models
     w.close()
     return 0

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.bench.contention import Reading, Window, judge, other_load
+from app.bench.measure import paired_speedup
 from app.bench.recommend import recommend_drafters
-from app.bench.stats import FASTER, SLOWER, UNCLEAR, compare_tokens, paired_speedup, verdict
+from app.bench.stats import FASTER, SLOWER, UNCLEAR, compare_tokens, verdict
 from app.bench.suite import SuiteError, load_suite, select_tasks
 from tests.builders import make_checkpoint
 
@@ -174,6 +175,11 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     seen = []
     report = run_bench(config, progress=seen.append)
     assert seen and seen[-1].fraction == 1.0
+    # after every measured run, the rows measured so far (what the app's table shows)
+    partial = [p.rows for p in seen if p.rows is not None]
+    assert len(partial) == len(report.runs)
+    assert [r["condition"] for r in partial[0]] == ["off"]
+    assert len(partial[-1]) == len(report.summary["rows"])
     paths = write_report(report, tmp_path / "out")
     assert all(p.exists() for p in paths.values())
 
@@ -182,7 +188,7 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     data = json.loads(paths["json"].read_text())
     runs = data["runs"]
     assert len(runs) == 2 * len(names) and not any(r["error"] for r in runs)
-    # ABAB: the second repeat runs the conditions in reverse order
+    # ABBA: the second repeat runs the conditions in reverse order (app.bench.measure.plan)
     assert [r["condition"] for r in runs] == names + names[::-1]
 
     with paths["csv"].open() as fh:
@@ -201,7 +207,11 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     expected = statistics.median(a / b for a, b in zip(tps("prompt-lookup"), tps("off"),
                                                        strict=True))
     assert row["speedup"] == pytest.approx(expected)
-    assert row["verdict"] == verdict(tps("prompt-lookup"), tps("off"))
+    # the verdict by its fixed rule, worked out here (2 runs a side: enough for one)
+    on_tps, off_tps = tps("prompt-lookup"), tps("off")
+    expected_verdict = (FASTER if min(on_tps) > max(off_tps)
+                        else SLOWER if max(on_tps) < min(off_tps) else UNCLEAR)
+    assert row["verdict"] == expected_verdict
     # threshold 1e9 flags nothing, but load-matching only looks at the recorded loads
     assert all(x > 0 for x in row["matched_ratios"]) and len(row["matched_ratios"]) <= 2
     for r in runs:
@@ -313,3 +323,6 @@ def test_one_run_per_condition_gives_no_verdict_and_no_recommendation():
             for t in ("a", "b")]
     (rec,) = recommend_drafters({"summary": {"rows": rows}}).values()
     assert rec.draft_kind == "none" and "too few runs" in rec.reason
+    assert "--runs 3" in rec.reason  # the command line names its flag
+    (rec,) = recommend_drafters({"summary": {"rows": rows}}, more_runs="set Runs to 3").values()
+    assert rec.reason.endswith("(set Runs to 3)") and "--" not in rec.reason

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests import builders_dflash as bd
+from tests.demo_gate import needs_demo
 
 GOLDEN = Path(__file__).parent / "golden" / "dflash_golden.npz"
 
@@ -363,20 +364,18 @@ def _demo_dflash_ready() -> bool:
     return demo_target_ready() and (resource_path(DEMO_FOLDER) / "config.json").is_file()
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_demo_dflash_uses_the_shipped_drafter_with_no_flag(monkeypatch):
     from app.demo.builtins import register_demo_models
-    from app.engine import width
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
+    from app.engine.width import FixedWidth
     from app.resources import resource_path
 
     # every round drafts: the drafter's proposals are under test, not the warm-up timings
     # the width policy would otherwise weigh them against
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
     register_demo_models()
-    s = Session()
+    s = Session(width_policy=FixedWidth)
     s.load_target("demo")
     req = dict(prompt="Write a message to a neighbor asking them to water my plants while "
                       "I am away.", max_tokens=48, chat=True)
@@ -389,8 +388,7 @@ def test_demo_dflash_uses_the_shipped_drafter_with_no_flag(monkeypatch):
     assert done.timings.draft_n_accepted > 0  # a trained drafter: some proposals are right
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_demo_dflash_is_offered_by_name_and_labelled_as_the_demo_drafter(qtbot, tmp_path,
                                                                         tiny_models):
     """The shipped drafter is a listed built-in: the check takes it by name, the pairing
@@ -425,8 +423,7 @@ def test_demo_dflash_is_offered_by_name_and_labelled_as_the_demo_drafter(qtbot, 
     assert any(x.name == "demo-dflash" and x.reason for x in other.excluded)
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_generate_names_the_demo_dflash_drafter_it_used(capsys):
     from app.cli import main
     from app.demo.builtins import DFLASH_NOTE, register_demo_models

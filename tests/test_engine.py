@@ -11,8 +11,8 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from app.engine import decode as decode_mod
 from app.engine import sampling as sm
+from app.engine import verify_step
 from app.engine.decode import RoundLoop
 from app.engine.drafters.full_model import FullModelDrafter
 from app.engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
@@ -198,8 +198,9 @@ def _chi2(counts: Counter, exact: dict, n: int) -> tuple[float, int]:
     return stat, max(df - 1, 1)
 
 
-def _top1_matching_verify(rows, proposals, *, sampling, rule, q=None):
+def _top1_matching_verify(rows, proposal, *, sampling, rule):
     """The wrong rule: accept a sampled draft token when it equals the target's top-1."""
+    proposals = proposal.tokens
     target = mx.argmax(rows, axis=-1)
     sampled = sm.sample(rows, sampling)
     mx.eval(target, sampled, proposals)
@@ -224,7 +225,7 @@ def test_rejection_sampling_preserves_distribution(session, pair_dirs, monkeypat
     assert _chi2_sf(stat, df) > 1e-3, (stat, df)
 
     # the same test must catch a wrong rule (top-1 matching of sampled drafts)
-    monkeypatch.setattr(decode_mod, "verify", _top1_matching_verify)
+    monkeypatch.setattr(verify_step, "verify", _top1_matching_verify)
     wrong = _sample_sequences(session, prompt_ids, sampling, n, length, width=2)
     stat_w, df_w = _chi2(wrong, exact, n)
     assert _chi2_sf(stat_w, df_w) < 1e-6, (stat_w, df_w)
@@ -233,12 +234,12 @@ def test_rejection_sampling_preserves_distribution(session, pair_dirs, monkeypat
 def test_confidence_stop_keeps_sampling_exact(session, pair_dirs, monkeypatch):
     """Stopping a round when the draft doubts its own token (adaptive drafting) must not
     change the output distribution."""
-    from app.engine import width
     from app.engine.drafters import full_model
+    from app.engine.width import FixedWidth
 
     session.load_draft(pair_dirs["weak"])
     monkeypatch.setattr(full_model, "CONFIDENCE_STOP", 0.5)
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)  # width fixed
+    monkeypatch.setattr(session, "width_policy", FixedWidth)  # width fixed
     target = session.target
     prompt_ids = target.tokenizer.encode("The dog sat")
     sampling = SamplingParams(temperature=1.0, top_k=3)
@@ -281,7 +282,7 @@ def test_rollback_leaves_caches_equal_to_plain_prefill(session):
     target = session.target
     prompt = target.tokenizer.encode(PROMPTS[1])
     drafter = FullModelDrafter(session.draft, target_vocab=target.vocab_size)
-    loop = RoundLoop(
+    loop = RoundLoop.with_drafter(
         target=target, drafter=drafter, prompt=prompt,
         request=GenerationRequest(max_tokens=40, memory_interval_s=1e9),
         rule=RULE_GREEDY, width=4, cancel=None,

@@ -55,6 +55,9 @@ def test_type_errors_and_os_errors_are_plain(tmp_path):
         (FileNotFoundError(errno.ENOENT, "No such file", str(tmp_path / "x")), "does not exist"),
         (PermissionError(errno.EACCES, "Permission denied", "/root/x"), "permission denied"),
         (OSError(errno.ENOSPC, "No space left on device", "/data"), "disk holding /data is full"),
+        (OSError(errno.ENOSPC, "No space left on device"), "The disk is full; free some space"),
+        (RuntimeError("[write] Unable to write 64347 bytes to file."),
+         "The disk is full or cannot be written; free some space"),
         (OSError(errno.ELOOP, "Too many levels of symbolic links", "/l"), "link loop"),
     ]:
         msg = user_message(exc)

@@ -191,7 +191,9 @@ def test_cancel_leaves_nothing(tmp_path, store):
 
     with pytest.raises(ImportCancelled):
         import_gguf(files[0], store=store, progress=progress, cancel=cancel)
-    assert seen[0].message.startswith("Reading c.gguf") and seen[-1].done == 3
+    # first what the copy will be (size, precision), then the steps
+    assert seen[0].plan and "MLX copy in" in seen[0].message
+    assert seen[1].message.startswith("Reading c.gguf") and seen[-1].done == 3
     assert 0 < seen[-1].fraction < 1
     assert not store.models_dir.exists() or not list(store.models_dir.iterdir())
 

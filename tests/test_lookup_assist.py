@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.engine import decode as decode_mod
+from app.engine import verify_step
 from app.engine.drafters import lookup_assist
 from app.engine.events import RULE_SAMPLE_MATCH, DoneEvent, GenerationRequest, SamplingParams
 from app.engine.session import Session
@@ -77,38 +77,33 @@ def test_copy_rounds_are_not_the_drafters_evidence(pair, monkeypatch):
     """With the width policy on (fixed to draft every step), it sees the model drafter's
     rounds only, in acceptance and in timing; the drafter observes a copy round's tokens as
     committed text (proposal None). The counts land in the timings."""
-    from app.engine import width
     from app.engine.drafters.full_model import FullModelDrafter
+    from app.engine.width import FixedWidth
 
     seen_policy: list[tuple[int, int]] = []
     timed: list[int] = []
     others: list[bool] = []
     seen_drafter: list[bool] = []
-    real_observe = width.WidthPolicy.observe
-    real_time = width.WidthPolicy.observe_time
-    real_other = width.WidthPolicy.observe_other
     real_drafter_observe = FullModelDrafter.observe
 
-    def policy_observe(self, proposed, accepted):
-        seen_policy.append((proposed, accepted))
-        return real_observe(self, proposed, accepted)
+    class Recording(FixedWidth):  # a round every step, and what the policy is told
+        def observe(self, proposed, accepted):
+            seen_policy.append((proposed, accepted))
+            return super().observe(proposed, accepted)
 
-    def observe_time(self, k, ms):
-        timed.append(k)
-        return real_time(self, k, ms)
+        def observe_time(self, k, ms):
+            timed.append(k)
+            return super().observe_time(k, ms)
 
-    def observe_other(self):
-        others.append(True)
-        return real_other(self)
+        def observe_other(self):
+            others.append(True)
+            return super().observe_other()
 
     def drafter_observe(self, committed, proposal, accepted, new_tokens, hidden=None):
         seen_drafter.append(proposal is not None)
         return real_drafter_observe(self, committed, proposal, accepted, new_tokens, hidden)
 
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)  # a round every step
-    monkeypatch.setattr(width.WidthPolicy, "observe", policy_observe)
-    monkeypatch.setattr(width.WidthPolicy, "observe_time", observe_time)
-    monkeypatch.setattr(width.WidthPolicy, "observe_other", observe_other)
+    monkeypatch.setattr(pair, "width_policy", Recording)
     monkeypatch.setattr(FullModelDrafter, "observe", drafter_observe)
     done = _done(pair, prompt=REPEATING, max_tokens=40, draft_kind="full-model", draft_width=3)
     own = [r for r in done.rounds if not r.copied]
@@ -156,14 +151,14 @@ def test_copy_rounds_keep_the_sampled_distribution(pair, monkeypatch):
     stat, df = _chi2(counts, exact, n)
     assert _chi2_sf(stat, df) > 1e-3, (stat, df)
 
-    real_verify = decode_mod.verify
+    real_verify = verify_step.verify
 
-    def wrong_for_copies(rows, proposals, *, sampling, rule, q=None):
+    def wrong_for_copies(rows, proposal, *, sampling, rule):
         if rule == RULE_SAMPLE_MATCH:  # copy rounds only: the model drafter's stay right
-            return _top1_matching_verify(rows, proposals, sampling=sampling, rule=rule)
-        return real_verify(rows, proposals, sampling=sampling, rule=rule, q=q)
+            return _top1_matching_verify(rows, proposal, sampling=sampling, rule=rule)
+        return real_verify(rows, proposal, sampling=sampling, rule=rule)
 
-    monkeypatch.setattr(decode_mod, "verify", wrong_for_copies)
+    monkeypatch.setattr(verify_step, "verify", wrong_for_copies)
     wrong, _ = _sample(pair, prompt_ids, sampling, n, length)
     stat_w, df_w = _chi2(wrong, exact, n)
     assert _chi2_sf(stat_w, df_w) < 1e-6, (stat_w, df_w)

@@ -15,6 +15,7 @@ import pytest
 from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
 from app.errors import DraftPairError
 from tests.builders_mtp import make_qwen3_5_checkpoint
+from tests.demo_gate import needs_demo
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +26,6 @@ def qwen(tmp_path_factory):
         dropped=make_qwen3_5_checkpoint(root / "q35-dropped", with_mtp=False),
         wrong=make_qwen3_5_checkpoint(root / "q35-wrong", mtp_hidden=32),
     )
-
-
-def _engine_with_taps():
-    """The loop hands drafters the target's hidden states only in engines with taps."""
-    import importlib.util
-
-    return importlib.util.find_spec("app.engine.taps") is not None
-
-
-needs_taps = pytest.mark.skipif(not _engine_with_taps(), reason="engine without hidden-state taps")
 
 
 def _generate(session, **kw) -> DoneEvent:
@@ -59,14 +50,11 @@ def test_head_reads_the_qwen_layout(qwen):
     assert mx.array_equal(head.module.fc.weight, raw["mtp.fc.weight"]).item()
 
 
-@needs_taps
 @pytest.mark.parametrize("width", [1, 3])
 def test_greedy_mtp_identical_to_plain(qwen, width):
     """Every step a round (fixed width): rejections, rollback of the hybrid target's cache
     and the head's own bookkeeping, and still plain decoding's output, without fallback."""
     from app.engine.decode import RoundLoop
-    from app.engine.drafters import mtp
-    from app.engine.registry import DrafterContext
     from app.engine.session import Session
 
     s = Session()
@@ -75,10 +63,9 @@ def test_greedy_mtp_identical_to_plain(qwen, width):
     plain = _generate(s, prompt_tokens=tuple(prompt), max_tokens=24, draft_kind="none")
     req = GenerationRequest(prompt_tokens=tuple(prompt), max_tokens=24, draft_kind="mtp",
                             chat=False)
-    drafter = mtp.make(DrafterContext(target=s.target, draft=None, request=req,
-                                      assets=s.assets))
+    drafter = s.make_drafter(req)  # the session loads the head through the kind's plugin
     drafter.adaptive_width = False
-    loop = RoundLoop(target=s.target, drafter=drafter, prompt=prompt, request=req,
+    loop = RoundLoop.with_drafter(target=s.target, drafter=drafter, prompt=prompt, request=req,
                      rule="greedy", width=width, cancel=None)
     done = [e for e in loop.run() if isinstance(e, DoneEvent)][-1]
     assert done.token_ids == plain.token_ids
@@ -86,7 +73,6 @@ def test_greedy_mtp_identical_to_plain(qwen, width):
     assert done.timings.draft_rounds >= len(plain.token_ids) // (width + 1)
 
 
-@needs_taps
 def test_session_runs_mtp_kind_without_fallback(qwen):
     from app.engine.session import Session
 
@@ -182,16 +168,14 @@ def _demo_ready() -> bool:
     return demo_target_ready() and shipped_head_available()
 
 
-@needs_taps
-@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
 def test_demo_mtp_uses_the_shipped_head_and_its_setting(monkeypatch):
-    from app.engine import width
     from app.engine.session import Session
+    from app.engine.width import FixedWidth
 
     # every round proposes: whether the policy drafts at all depends on timings measured at
     # warm-up, and the head's proposals are what is under test here
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
-    s = Session()
+    s = Session(width_policy=FixedWidth)
     s.load_target("demo")
     req = dict(prompt="Explain in two sentences why the sky is blue.", max_tokens=32, chat=True)
     plain = [e for e in s.generate(GenerationRequest(**req, draft_kind="none"))][-1]
@@ -249,7 +233,7 @@ def test_nextn_layout_names(tmp_path):
     assert stacked.shape == (4, 4, H) and stacked[:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
 def test_demo_head_is_offered_and_labelled_as_trained_for_the_demo(qtbot, tmp_path, capsys):
     """The check says which head is used, the pairing suggestions and the Chat picker offer
     MTP for the demo target with that line, and generate -v names the head it used."""
@@ -291,16 +275,13 @@ def test_width1_replay_follows_accepts_and_rejects():
     assert replay_width1(pred, tokens, 2) == [1, 0, 1]
 
 
-@needs_taps
-@pytest.mark.skipif(not _demo_ready(), reason="demo target or shipped MTP head not present")
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
 def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     """Greedy, one proposal per round: every round's verdict equals the head's teacher-forced
     prediction on the final reply, so the loop (pairing, the head's cache, rollback, the
     target's states from verify passes) loses nothing the head got right."""
     from app.engine.decode import RoundLoop
-    from app.engine.drafters import mtp
     from app.engine.drafters.mtp_replay import agreement, head_predictions, replay_width1
-    from app.engine.registry import DrafterContext
     from app.engine.session import Session
 
     s = Session()
@@ -308,10 +289,9 @@ def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     req = GenerationRequest(prompt="Tell me a few fun facts about octopuses.", max_tokens=48,
                             chat=True, draft_kind="mtp", lookup_assist=False)  # head rounds only
     prompt = s.encode(req)
-    drafter = mtp.make(DrafterContext(target=s.target, draft=None, request=req,
-                                      assets=s.assets))
+    drafter = s.make_drafter(req)  # the session loads the head through the kind's plugin
     drafter.adaptive_width = False  # every step a round
-    loop = RoundLoop(target=s.target, drafter=drafter, prompt=prompt, request=req,
+    loop = RoundLoop.with_drafter(target=s.target, drafter=drafter, prompt=prompt, request=req,
                      rule="greedy", width=1, cancel=None)
     done = [e for e in loop.run() if isinstance(e, DoneEvent)][-1]
     engine = [r.accepted for r in done.rounds]

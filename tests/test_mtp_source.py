@@ -117,12 +117,11 @@ def test_fetch_takes_only_the_head_bytes_and_the_check_then_works(models, hub, t
 
 def test_restored_head_drafts_what_the_source_head_drafts(models, hub, tmp_path, monkeypatch):
     """Same proposals as the head inside the source's own files: same accepted counts."""
-    from app.engine import width
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
+    from app.engine.width import FixedWidth
 
     # the width follows measured timings; fixed, both runs draft the same number of tokens
-    monkeypatch.setattr(width.WidthPolicy, "choose", lambda self, k: k)
 
     conv = _fresh_copy(models, tmp_path)
     assert main(["models", "fetch-mtp", str(conv)]) == 0
@@ -130,7 +129,7 @@ def test_restored_head_drafts_what_the_source_head_drafts(models, hub, tmp_path,
     make_qwen3_5_checkpoint(source_local)
     runs = []
     for folder in (source_local, conv):
-        s = Session()
+        s = Session(width_policy=FixedWidth)
         s.load_target(folder)
         req = dict(prompt_tokens=(5, 17, 42, 99, 7, 150), max_tokens=20, chat=False)
         plain = list(s.generate(GenerationRequest(draft_kind="none", **req)))[-1]

@@ -404,6 +404,22 @@ def test_odd_values_never_raise(ckpts, tmp_path):
             num_hidden_layers="two", num_key_value_heads=[1], hidden_size={"x": 1}, layer_types=5
         ),
     )
-    for r in (run(odd), run(ckpts.target, odd), run(odd, ckpts.draft, kind="full-model")):
+    from app.checkpoints.pairing.load_check import with_load_check
+
+    cases = (((odd,), {}, "target"), ((ckpts.target, odd), {}, "draft"),
+             ((odd, ckpts.draft), {"kind": "full-model"}, "target"))
+    for args, kw, odd_role in cases:
+        r = run(*args, **kw)
         assert r.verdict in (VERDICT_FAILS, VERDICT_WARNINGS, VERDICT_WORKS)
         assert r.blockers or r.findings
+        # the odd values were judged, not swallowed by the catch-all for a crashed check
+        assert "check.failed" not in r.codes(), r.format_text()
+        # what `draftpair check` runs adds the load check: the odd folder will not load
+        full = with_load_check(r)
+        assert "check.failed" not in full.codes()
+        assert full.verdict == VERDICT_FAILS, full.format_text()
+        # refused by name: the settings range check comes first and names the odd value
+        blocker = {f.code: f for f in full.blockers}.get(f"{odd_role}.config_range")
+        assert blocker is not None, full.format_text()
+        assert any(key in blocker.message for key in ("num_hidden_layers", "num_key_value_heads",
+                                                      "hidden_size", "layer_types"))

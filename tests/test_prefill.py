@@ -116,8 +116,8 @@ def test_a_prompt_over_the_context_is_refused_before_any_work(small_ctx):
     assert "512" in done.error and "tokens" in done.error
     assert not [e for e in events if isinstance(e, (PrefillEvent, StatusEvent))]
     # a prompt that fits with a reply that would not: the reply is capped, and it says so
-    events = list(s.generate(GenerationRequest(prompt_tokens=tuple(range(3, 503)),
-                                               max_tokens=64)))
+    prompt = tuple(3 + i % 300 for i in range(500))  # 500 ids the tiny vocabulary holds
+    events = list(s.generate(GenerationRequest(prompt_tokens=prompt, max_tokens=64)))
     notes = [e for e in events if isinstance(e, NoticeEvent) and e.code == "context-full"]
     assert notes and events[-1].finish_reason != "error"
     assert len(events[-1].token_ids) <= 12
@@ -151,6 +151,27 @@ def test_drop_oldest_keeps_the_system_prompt_and_the_latest_turn(small_ctx):
     assert any(isinstance(e, NoticeEvent) and e.code == "context-trimmed" for e in events)
     refused = list(s.generate(GenerationRequest(messages=tuple(msgs), max_tokens=4)))
     assert refused[-1].finish_reason == "error" and "drop the oldest" in refused[-1].error
+
+
+def test_admission_gives_the_tokens_and_the_limit_generate_uses(small_ctx):
+    s = Session()
+    s.load_target(small_ctx)
+    msgs = [{"role": "system", "content": "You fix typos."}]
+    for i in range(8):
+        msgs += [{"role": "user", "content": f"Turn {i}: " + LONG[:300]},
+                 {"role": "assistant", "content": f"Reply {i}: " + LONG[:200]}]
+    msgs.append({"role": "user", "content": "Last question?"})
+    req = GenerationRequest(messages=tuple(msgs), max_tokens=4, context_policy="drop-oldest")
+    admitted = s.admit(req)
+    assert admitted.limit == 512 and admitted.dropped_turns > 0
+    assert admitted.reply_room == 512 - len(admitted.tokens) > 0
+    assert s.encode(req) == list(admitted.tokens)
+    done = list(s.generate(req))[-1]
+    assert done.timings.prompt_n == len(admitted.tokens)
+    with pytest.raises(DraftPairError, match="512"):
+        s.admit(GenerationRequest(prompt=LONG, chat=False))
+    with pytest.raises(DraftPairError, match="empty"):
+        s.admit(GenerationRequest(prompt_tokens=()))
 
 
 def test_context_length_from_configs():

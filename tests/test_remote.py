@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from app.engine.events import DoneEvent, TokenEvent
+from app.engine.events import DoneEvent, Timings, TokenEvent
 from app.remote.client import RemoteRequest, parse_url, stream_remote
+from app.remote.results import RemoteDone, RemoteTimings
 from app.server.runner import ServerConfig, ServerHandle, bind, url_for
 
 PIECES = ["Hello", ",", " world", "!"]
@@ -82,7 +83,7 @@ def test_client_against_draftpair_serve_matches_the_engine_output(served):
                         extension={"draft_kind": "prompt-lookup"})
     events = list(stream_remote(req))
     done = events[-1]
-    assert isinstance(done, DoneEvent) and done.finish_reason == "length", done.error
+    assert isinstance(done, RemoteDone) and done.finish_reason == "length", done.error
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     ids = [e.token_id for e in tokens if e.token_id >= 0]  # -1: the detokenizer's tail text
     assert ids == list(done.token_ids) and len(done.token_ids) == 16
@@ -108,8 +109,11 @@ def test_unreported_figures_are_unknown_not_zero(plain_endpoint):
     t = done.timings
     assert t.predicted_n == 4 and t.prompt_n == 7  # from usage
     for name in ("draft_n", "draft_n_accepted", "accept_len_mean", "peak_memory_bytes",
-                 "tokens_per_verify", "prompt_ms"):
+                 "tokens_per_verify", "prompt_ms", "draft_kind", "copy_n_accepted", "cache_n"):
         assert getattr(t, name) is None, name
+    # remote figures are their own type, not a local Timings with its ints made None
+    assert isinstance(done, RemoteDone) and isinstance(t, RemoteTimings)
+    assert not isinstance(done, DoneEvent) and not isinstance(t, Timings)
     assert t.rate_source == "client" and t.predicted_per_second > 0
     assert t.ttft_ms is not None and t.ttft_ms > 0
     # our extension goes only to draftpair endpoints
@@ -117,7 +121,6 @@ def test_unreported_figures_are_unknown_not_zero(plain_endpoint):
 
 
 def test_compare_summary_with_an_endpoint_without_ids(plain_endpoint):
-    from app.engine.events import Timings
     from app.ui.compare_model import RunResult, summarize
 
     url, _ = plain_endpoint

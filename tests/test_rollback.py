@@ -126,7 +126,7 @@ def test_rewound_cache_equals_fresh_prefill(family_dirs, family, method):
                                                      method=method)
     assert rollback.for_target(target).method == (method or METHOD[family])
     prompt = target.tokenizer.encode(PROMPT)
-    loop = RoundLoop(target=target, prompt=prompt,
+    loop = RoundLoop.with_drafter(target=target, prompt=prompt,
                      drafter=FullModelDrafter(draft, target_vocab=target.vocab_size),
                      request=GenerationRequest(max_tokens=32, memory_interval_s=1e9),
                      rule=RULE_GREEDY, width=4, cancel=None)
@@ -137,7 +137,7 @@ def test_rewound_cache_equals_fresh_prefill(family_dirs, family, method):
             _check_against_fresh_prefill(loop)
             checked += 1
     assert checked >= 2
-    plain = RoundLoop(target=target, prompt=prompt, drafter=None,
+    plain = RoundLoop.with_drafter(target=target, prompt=prompt, drafter=None,
                       request=GenerationRequest(max_tokens=32, memory_interval_s=1e9),
                       rule=RULE_GREEDY, width=0, cancel=None)
     list(plain.run())
@@ -150,7 +150,7 @@ def test_check_catches_a_missing_rebuild(family_dirs, monkeypatch):
     target, draft = load_model(target_dir), load_model(draft_dir)
     rollback.for_target(target)
     monkeypatch.setattr(recurrent, "rebuild", lambda states, rec, fed, keep: [])
-    loop = RoundLoop(target=target, prompt=target.tokenizer.encode(PROMPT),
+    loop = RoundLoop.with_drafter(target=target, prompt=target.tokenizer.encode(PROMPT),
                      drafter=FullModelDrafter(draft, target_vocab=target.vocab_size),
                      request=GenerationRequest(max_tokens=32, memory_interval_s=1e9),
                      rule=RULE_GREEDY, width=4, cancel=None)
@@ -253,7 +253,7 @@ def test_drafter_receives_one_row_per_cached_position(family_dirs, family):
     target_dir, draft_dir = family_dirs[family]
     target, draft = load_model(target_dir), load_model(draft_dir)
     drafter = _RowRecorder(draft, target_vocab=target.vocab_size)
-    loop = RoundLoop(target=target, prompt=target.tokenizer.encode(PROMPT), drafter=drafter,
+    loop = RoundLoop.with_drafter(target=target, prompt=target.tokenizer.encode(PROMPT), drafter=drafter,
                      request=GenerationRequest(max_tokens=30, memory_interval_s=1e9),
                      rule=RULE_GREEDY, width=3, cancel=None)
     rejected = 0

@@ -15,6 +15,7 @@ import pytest
 
 from app.server.protocol import Limits
 from app.server.runner import ServerConfig, ServerHandle
+from tests.builders import make_checkpoint
 
 KEY = "test-key"
 MAX_BODY = 64 * 1024
@@ -214,6 +215,30 @@ def test_requests_queue_then_get_429(client, server):
     assert results["b"][1] == reference[1]  # the queued request ran after the first, in full
 
 
+def test_a_queued_request_reports_its_wait_in_the_time_to_first_token(client, server):
+    running = _stream_until_tokens(client, server, 2)  # occupies the engine
+    results: dict[str, object] = {}
+
+    def queued() -> None:
+        results["b"] = _chat(client, server, kind="prompt-lookup", stream=False, max_tokens=4)
+
+    t = threading.Thread(target=queued)
+    t.start()
+    try:
+        _wait(lambda: server.engine.status()["waiting"] == 1, "the second request to queue")
+        seen_waiting = time.perf_counter()  # it arrived before this
+        for _ in range(5):  # the first request keeps the engine a while longer
+            next(iter(running))
+    finally:
+        freed = time.perf_counter()  # its first token comes after this
+        running.close()
+        t.join(60)
+    ttft_ms = results["b"][2]["ttft_ms"]
+    record = server.engine.records[-1]
+    assert ttft_ms >= (freed - seen_waiting) * 1e3
+    assert ttft_ms >= record.queued_ms > 0
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 
@@ -284,7 +309,9 @@ def test_cli_serve_announces_its_url_and_stops_on_ctrl_c(tiny_models):
         assert url, lines
         assert "prompt-lookup" in lines[-1]
         with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-            assert json.loads(resp.read()) == {"status": "ok"}
+            health = json.loads(resp.read())
+        assert health["status"] == "ok" and health["engine"]["alive"]
+        assert health["engine"]["model"] == "tiny-target"  # no key set: anyone may read it
         body = json.dumps({"prompt": "The cat", "max_tokens": 4}).encode()
         req = urllib.request.Request(url + "/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
@@ -313,6 +340,30 @@ def test_default_max_tokens_shrinks_to_fit_the_context(server):
     status, data, _ = _post(server, "/v1/completions",
                             json.dumps({**body, "max_tokens": 512}).encode())
     assert status == 400 and data["error"]["code"] == "context_length_exceeded"
+
+
+def test_the_server_admits_by_the_sessions_context_length(tmp_path):
+    # the limit comes from a key other than max_position_embeddings: the server and the
+    # Session must read the same one, through the Session's one admission path
+    folder = make_checkpoint(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    del config["max_position_embeddings"]
+    (folder / "config.json").write_text(json.dumps({**config, "max_seq_len": 48}))
+    handle = ServerHandle(ServerConfig(model=str(folder), port=0))
+    handle.start()
+    try:
+        assert handle.engine.info.context_length == 48
+        body = {"prompt": [5, 6, 7, 8] * 10, "draftpair": {"draft_kind": "none"}}
+        status, data, _ = _post(handle, "/v1/completions", json.dumps(body).encode(), key=None)
+        assert status == 200, data
+        assert data["usage"]["prompt_tokens"] == 40
+        assert data["usage"]["completion_tokens"] <= 8
+        status, data, _ = _post(handle, "/v1/completions",
+                                json.dumps({**body, "max_tokens": 20}).encode(), key=None)
+        assert status == 400 and data["error"]["code"] == "context_length_exceeded", data
+        assert "48 tokens" in data["error"]["message"]
+    finally:
+        handle.stop()
 
 
 def test_cache_prompt_reuses_a_shared_beginning(server):

@@ -36,3 +36,20 @@ def test_soak_cli(tiny_models, capsys):
                  str(tiny_models.draft), "-n", "6", "--max-tokens", "8", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["ok"] and out["requests"] == 6
+
+
+def test_server_soak_with_hostile_requests_finds_nothing(tiny_models, capsys):
+    """60 requests to a real server process, half of them hostile, with idle and slow
+    connections beside them: no crash, no hang, no 5xx, every valid request answered."""
+    code = main(["soak", "--server", "--model", str(tiny_models.target), "--draft-model",
+                 str(tiny_models.draft), "-n", "60", "--seed", "3", "--idle-connections", "12",
+                 "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"], out
+    assert out["requests"] == 60 and not out["crashes"] and not out["hangs"]
+    assert not out["server_errors"] and not out["wrong"] and out["log_tracebacks"] == 0
+    assert out["valid"] >= 15 and out["valid_answered"] == out["valid"]
+    assert out["hostile_refused"] == 60 - out["valid"] and len(out["families"]) >= 6
+    assert out["idle_closed_by_server"] > 0 and out["slow_closed_by_server"] > 0
+    assert out["exit_code"] == 130  # it ended on Ctrl+C, not on its own
+    assert out["rss_mib"]["max"] >= out["rss_mib"]["start"] > 0

@@ -4,14 +4,11 @@ conversation state and say so, prompt-reading progress and the kept chats' size 
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from app.ui.main_window import AppContext, MainWindow  # noqa: E402
-from app.ui.settings import Settings, SettingsStore  # noqa: E402
+from app.ui.chat_store import ChatStore
+from app.ui.main_window import AppContext, MainWindow
+from app.ui.settings import Settings, SettingsStore
 
 TIMEOUT = 60_000
 
@@ -32,7 +29,7 @@ def window(qtbot, tmp_path, tiny_models):
         w.load_pair(str(tiny_models.target), "")
     yield w
     w.close()
-    assert not w.client.thread.isRunning()
+    assert not w.client.engine_thread.isRunning()
     ctx.chat_store.close()
 
 

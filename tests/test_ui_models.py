@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from app.bench.stats import compare_tokens
 from app.ui.chat_store import ChatStore, to_markdown
-from app.ui.compare_model import RunResult, first_difference, plan, summarize
+from app.ui.compare_model import RunResult, plan, summarize
 from app.ui.live import LiveRun, RingBuffer
 from app.ui.settings import SCHEMA_VERSION, Settings, SettingsStore
 
@@ -83,8 +84,9 @@ def _done(tps, tokens, peak=100, kind="prompt-lookup", acc=0, n=0, rounds=0):
 
 
 def test_compare_summary_medians_spread_identity_and_memory():
-    assert [(p.mode, p.warmup) for p in plan(2)] == [
-        ("off", True), ("on", True), ("off", False), ("on", False), ("off", False), ("on", False)]
+    # the benchmark's plan: warm-ups, then each pair in the other order than the one before
+    assert [(p.condition, p.warmup) for p in plan(2)] == [
+        ("off", True), ("on", True), ("off", False), ("on", False), ("on", False), ("off", False)]
     results = [
         RunResult("off", 0, _done(10, [1, 2, 3], kind="none")),
         RunResult("on", 0, _done(15, [1, 2, 3], peak=300, acc=6, n=8, rounds=2)),
@@ -97,7 +99,8 @@ def test_compare_summary_medians_spread_identity_and_memory():
     assert s.pairs == 3 and s.speedup_median == 2.0 and (s.speedup_min, s.speedup_max) == (1.5, 2.5)
     assert s.identical and s.first_difference is None and s.extra_memory_bytes == 200
     assert s.acceptance == 0.75 and s.accept_len_mean == 3.0
-    assert first_difference((1, 2, 3), (1, 9, 3)) == 1 and first_difference((1, 2), (1, 2, 3)) == 2
+    assert compare_tokens((1, 2, 3), (1, 9, 3)).first_divergence == 1
+    assert compare_tokens((1, 2), (1, 2, 3)).first_divergence == 2
     assert summarize(results[:1]) is None
 
 

@@ -4,13 +4,9 @@ and the check then passes."""
 
 from __future__ import annotations
 
-import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from tests.test_mtp_source import SOURCE, _fresh_copy, _head_of_source, hub, models  # noqa: E402,F401
+from tests.test_mtp_source import SOURCE, _fresh_copy, _head_of_source, hub, models  # noqa: F401
 
 
 def _mtp_item(tree):

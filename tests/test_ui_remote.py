@@ -4,14 +4,11 @@ speculation-on side, the real app offscreen as the off side."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
-pytest.importorskip("PySide6")
-
-from PySide6.QtCore import Qt  # noqa: E402
-
-from app.ui.chat_store import ChatStore  # noqa: E402
-from app.ui.main_window import AppContext, MainWindow  # noqa: E402
-from app.ui.settings import Settings, SettingsStore  # noqa: E402
+from app.ui.chat_store import ChatStore
+from app.ui.main_window import AppContext, MainWindow
+from app.ui.settings import Settings, SettingsStore
 
 TIMEOUT = 120_000
 
@@ -45,7 +42,7 @@ def window(qtbot, tmp_path, tiny_models):
         w.load_pair(str(tiny_models.target), "")
     yield w
     w.close()
-    assert not w.client.thread.isRunning()
+    assert not w.client.engine_thread.isRunning()
     ctx.chat_store.close()
 
 
@@ -106,3 +103,25 @@ def test_server_switch_serves_the_loaded_pair(qtbot, window):
         window.server_action.setChecked(False)
     assert blocker.args[0] == "" and window.status_server.text() == ""
     assert not window.server.running
+
+
+def test_the_worker_ends_a_job_by_its_event_source(qtbot):
+    from app.engine.events import DoneEvent, GenerationRequest
+    from app.remote.client import RemoteRequest
+    from app.remote.results import RemoteDone
+    from app.ui.worker import REMOTE, EngineWorker, Job
+
+    worker = EngineWorker()
+    got = []
+    worker.job_finished.connect(lambda _id, done: got.append(done))
+    remote = Job(request=RemoteRequest(url="http://127.0.0.1:9"), source=REMOTE)
+    remote.cancel.set()  # stopped before it started: nothing is contacted
+    worker.generate(remote)
+    assert isinstance(got[-1], RemoteDone) and got[-1].finish_reason == "cancelled"
+    assert got[-1].timings.endpoint == "127.0.0.1:9" and got[-1].timings.predicted_n is None
+    with pytest.raises(ValueError, match="source"):
+        Job(request=None, source="elsewhere")
+    local = Job(request=GenerationRequest(prompt="Hi"))  # the engine's, by default
+    local.cancel.set()
+    worker.generate(local)
+    assert isinstance(got[-1], DoneEvent) and got[-1].finish_reason == "cancelled"

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("PySide6")
+from tests.demo_gate import needs_demo
 
 
 def _demo_ready() -> bool:
-    try:
-        from app.demo.target import demo_target_ready
+    from app.demo.target import demo_target_ready
 
-        return demo_target_ready()
-    except Exception:
-        return False
+    return demo_target_ready()
 
 
 @pytest.mark.demo
 @pytest.mark.slow
-@pytest.mark.skipif(not _demo_ready(), reason="demo target not prepared (draftpair demo prepare)")
+@needs_demo(_demo_ready(), "The demo target")
 def test_event_loop_stays_responsive_while_generating(qtbot, tmp_path, capsys):
     from app.ui.chat_store import ChatStore
     from app.ui.main_window import AppContext, MainWindow

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app import kinds
 from app.bench.stats import FASTER, MIN_RUNS, SLOWER, TOO_FEW, median
 
 
@@ -17,12 +18,20 @@ class Recommendation:
     reason: str
 
 
+CLI_MORE_RUNS = f"measure with --runs {MIN_RUNS + 1} or more"
+
+
 def recommend_drafters(
-    report: Any, *, temperature: float = 0.0
+    report: Any, *, temperature: float = 0.0, more_runs: str = CLI_MORE_RUNS
 ) -> dict[str, Recommendation]:
     """Task kind -> the DraftPair drafter with the best median speedup among those judged
     "faster" on every task of that kind at ``temperature``; "none" otherwise (a drafter that
-    is only sometimes faster is not worth its risk, and a single run says nothing). ``report``: a ``BenchReport`` or its dict.
+    is only sometimes faster is not worth its risk, and a single run says nothing).
+
+    Args:
+        report: a ``BenchReport`` or its dict.
+        more_runs: how to get enough runs, in the words of the caller's controls (the CLI's
+            flag by default; the app speaks of its Runs box).
     """
     summary = report.summary if hasattr(report, "summary") else report.get("summary", {})
     rows = [
@@ -37,9 +46,8 @@ def recommend_drafters(
     for task_kind, per_drafter in by_kind.items():
         if any(r["verdict"] == TOO_FEW for rs in per_drafter.values() for r in rs):
             out[task_kind] = Recommendation(
-                task_kind, "none", 0, None,
-                f"too few runs to recommend a drafter (measure with --runs {MIN_RUNS + 1} "
-                "or more)",
+                task_kind, kinds.OFF, 0, None,
+                f"too few runs to recommend a drafter ({more_runs})",
             )
             continue
         best: Recommendation | None = None
@@ -56,7 +64,7 @@ def recommend_drafters(
                 slower = any(r["verdict"] == SLOWER for r in rs)
                 notes.append(f"{drafter} {'was slower' if slower else 'did not clearly pay'}")
         out[task_kind] = best or Recommendation(
-            task_kind, "none", 0, None,
+            task_kind, kinds.OFF, 0, None,
             "; ".join(notes) + ": decode without speculation" if notes
             else "no drafter was measured",
         )

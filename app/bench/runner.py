@@ -5,10 +5,11 @@ Method:
   peer rows ``mlx-lm plain`` / ``mlx-lm speculative`` on the same loaded weights, and a
   ``remote HOST:PORT`` row per endpoint given (any OpenAI-compatible server, fed the task's
   chat messages; its figures are what it reports, unknown ones stay None);
-- one warm-up request per condition and temperature before measuring (not recorded);
-- for each task and temperature the repeats run back to back, conditions interleaved and the
-  order reversed every other repeat (A B C, C B A, ...), so drift of the machine hits every
-  condition alike and each repeat's ratio compares neighbours in time;
+- the measurement rules of ``app.bench.measure`` (Compare follows them too): one warm-up
+  request per condition and temperature before measuring (not recorded); for each task and
+  temperature the repeats run back to back, conditions interleaved and the order reversed
+  every other repeat (A B C, C B A, ...), so drift of the machine hits every condition alike
+  and each repeat's ratio compares neighbours in time;
 - each measured request starts with fresh drafter state (the engine builds the drafter per
   request) and the same seed for every condition of a repeat;
 - the contention sampler flags runs that overlapped other work; a flagged run is re-run (up to
@@ -25,16 +26,24 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app import kinds
+from app.bench.measure import WARMUP_TOKENS, ContentionMeter, plan
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, Condition, RunRecord
 from app.bench.suite import Task, load_suite, select_tasks
-from app.engine import registry
 from app.errors import DraftPairError
 
-DRAFT_KINDS = tuple(k for k in registry.KINDS if k != "none")
-DEFAULT_WIDTHS = {k: registry.spec(k).default_width for k in DRAFT_KINDS}
+
+def draft_kinds() -> tuple[str, ...]:
+    """The kinds the bench measures by default: every registered kind that proposes."""
+    return tuple(p.name for p in kinds.drafting())
+
+
+def default_widths() -> dict[str, int]:
+    return {p.name: p.default_width for p in kinds.drafting()}
+
+
 QUICK_MAX_TOKENS = 32
 PERSISTENT_RUNS = 3  # flagged runs in a row after which re-runs stop
-WARMUP_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,7 @@ class BenchConfig:
     kinds: tuple[str, ...] | None = None  # None: every kind the pair supports
     runs: int = 3
     temperatures: tuple[float, ...] = (0.0, 1.0)
-    widths: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WIDTHS))
+    widths: dict[str, int] = field(default_factory=default_widths)
     task_ids: tuple[str, ...] | None = None
     suite_path: str | None = None
     quick: bool = False
@@ -60,11 +69,13 @@ class BenchConfig:
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
-        """About a minute on the demo pair: the quick tasks, T=0, one run, short outputs.
+        """About a minute on the demo pair: the quick tasks, T=0, one run, short outputs,
+        DraftPair's own rows only (the mlx-lm peer rows are the Full bench's).
 
         Flagged runs are reported but not re-run (a re-run would double the time)."""
         base: dict[str, Any] = dict(
-            quick=True, runs=1, temperatures=(0.0,), max_tokens=QUICK_MAX_TOKENS, max_reruns=0
+            quick=True, runs=1, temperatures=(0.0,), max_tokens=QUICK_MAX_TOKENS, max_reruns=0,
+            peers=False,
         )
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
@@ -78,6 +89,9 @@ class Progress:
     done: int
     total: int
     message: str
+    # after each measured run: the summary rows of what is measured so far (fresh copies, so
+    # another thread may keep them), which a view shows while the bench goes on
+    rows: tuple[dict[str, Any], ...] | None = None
 
     @property
     def fraction(self) -> float:
@@ -102,7 +116,7 @@ def run_bench(
     DraftPair requests; a cancelled bench returns what it measured with ``cancelled=True``.
     Raises ``DraftPairError`` (one sentence) for a bad suite, model or option.
     """
-    from app.bench.contention import ContentionSampler, read_now
+    from app.bench.contention import ContentionSampler
     from app.bench.environment import collect_environment
     from app.bench.summary import summarize
 
@@ -143,12 +157,14 @@ def run_bench(
     with ContentionSampler(
         interval_s=config.contention_interval_s, threshold_cores=config.contention_threshold
     ) as sampler:
+        meter = ContentionMeter(sampler=sampler)
         # warm-up: first-use costs (allocations, verify widths) are not measured
         warm_id = min(prompts, key=lambda i: len(prompts[i]))
         warm_prompt = prompts[warm_id]
         streak = 0  # measured runs in a row flagged for contention
         for temp in config.temperatures:
-            for cond in conditions:
+            for warm in plan(conditions, 0):
+                cond = warm.condition
                 if cancel.is_set():
                     break
                 say(Progress(done, total, f"warm-up {cond.name} T={temp:g}"))
@@ -157,47 +173,50 @@ def run_bench(
                 done += 1
         for task in tasks:
             for temp in config.temperatures:
-                for rep in range(config.runs):
-                    order = conditions if rep % 2 == 0 else list(reversed(conditions))
-                    for cond in order:
-                        if cancel.is_set():
-                            report.cancelled = True
+                for planned in plan(conditions, config.runs, warmup=False):
+                    cond, rep = planned.condition, planned.repeat
+                    if cancel.is_set():
+                        report.cancelled = True
+                        break
+                    say(Progress(done, total, f"{task.id} T={temp:g} run {rep + 1}/"
+                                 f"{config.runs}: {cond.name}"))
+                    # under persistent background load a re-run only doubles the time
+                    reruns = 0 if streak >= PERSISTENT_RUNS else config.max_reruns
+                    for attempt in range(reruns + 1):
+                        meter.start()
+                        out = _execute(session, cond, prompts[task.id],
+                                       _max_tokens(config, task), temp,
+                                       config.seed + rep, cancel, chats[task.id],
+                                       config.remote_api_key)
+                        verdict = meter.stop()
+                        last = attempt == reruns or cancel.is_set()
+                        record = RunRecord(
+                            task_id=task.id, task_kind=task.kind, condition=cond.name,
+                            engine=cond.engine, draft_kind=cond.draft_kind,
+                            width=cond.width, temperature=temp, repeat=rep,
+                            seed=config.seed + rep, contention=verdict.to_dict(),
+                            superseded=verdict.flagged and not last, attempt=attempt,
+                            **out,
+                        )
+                        report.runs.append(record)
+                        if not record.superseded:
                             break
-                        say(Progress(done, total, f"{task.id} T={temp:g} run {rep + 1}/"
-                                     f"{config.runs}: {cond.name}"))
-                        # under persistent background load a re-run only doubles the time
-                        reruns = 0 if streak >= PERSISTENT_RUNS else config.max_reruns
-                        for attempt in range(reruns + 1):
-                            start = read_now()
-                            out = _execute(session, cond, prompts[task.id],
-                                           _max_tokens(config, task), temp,
-                                           config.seed + rep, cancel, chats[task.id],
-                                           config.remote_api_key)
-                            verdict = sampler.assess(start, read_now())
-                            last = attempt == reruns or cancel.is_set()
-                            record = RunRecord(
-                                task_id=task.id, task_kind=task.kind, condition=cond.name,
-                                engine=cond.engine, draft_kind=cond.draft_kind,
-                                width=cond.width, temperature=temp, repeat=rep,
-                                seed=config.seed + rep, contention=verdict.to_dict(),
-                                superseded=verdict.flagged and not last, attempt=attempt,
-                                **out,
-                            )
-                            report.runs.append(record)
-                            if not record.superseded:
-                                break
-                            report.reruns += 1
-                            say(Progress(done, total, f"{task.id}: {cond.name} overlapped "
-                                         f"other work ({verdict.peak_other_cores:.1f} cores), "
-                                         "re-running"))
-                        streak = streak + 1 if report.runs[-1].flagged else 0
-                        if streak == PERSISTENT_RUNS and config.max_reruns:
-                            report.persistent_contention = True
-                            say(Progress(done, total, "other processes keep the CPU busy: "
-                                         "flagged runs are no longer re-run"))
-                        if out["finish_reason"] == "cancelled":
-                            report.cancelled = True
-                        done += 1
+                        report.reruns += 1
+                        say(Progress(done, total, f"{task.id}: {cond.name} overlapped "
+                                     f"other work ({verdict.peak_other_cores:.1f} cores), "
+                                     "re-running"))
+                    streak = streak + 1 if report.runs[-1].flagged else 0
+                    if streak == PERSISTENT_RUNS and config.max_reruns:
+                        report.persistent_contention = True
+                        say(Progress(done, total, "other processes keep the CPU busy: "
+                                     "flagged runs are no longer re-run"))
+                    if out["finish_reason"] == "cancelled":
+                        report.cancelled = True
+                    done += 1
+                    measured = report.runs[-1]
+                    say(Progress(done, total, f"{task.id} T={temp:g}: {cond.name} "
+                                 f"{measured.decode_tps:.1f} tok/s",
+                                 rows=tuple(summarize(report)["rows"])))
         report.contention_timeline = [
             {**w, "t0": round(w["t0"] - t0, 2), "t1": round(w["t1"] - t0, 2)}
             for w in sampler.timeline()
@@ -219,7 +238,8 @@ def _load_session(config: BenchConfig) -> Any:
     session = Session()
     session.load_target(config.model)
     draft = resolve_draft(config)
-    wants_draft = config.kinds is None or "full-model" in config.kinds
+    wanted = config.kinds if config.kinds is not None else draft_kinds()
+    wants_draft = any(kinds.get(k).needs_draft_folder for k in wanted if k in kinds.names())
     if draft is not None and wants_draft:
         session.load_draft(draft)
     return session
@@ -239,29 +259,29 @@ def resolve_draft(config: BenchConfig) -> str | None:
 def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition], dict[str, str]]:
     """The conditions to measure, and the kinds left out with the reason."""
     available = session.available_kinds()
-    wanted = config.kinds if config.kinds is not None else DRAFT_KINDS
+    wanted = config.kinds if config.kinds is not None else draft_kinds()
     unknown = [k for k in wanted if k not in available]
     if unknown:
         raise DraftPairError(
-            f"Unknown draft kind {unknown[0]!r}; choose from {', '.join(DRAFT_KINDS)}."
+            f"Unknown draft kind {unknown[0]!r}; choose from {', '.join(draft_kinds())}."
         )
-    conditions = [Condition(OFF, "draftpair", "none", 0)]
+    conditions = [Condition(OFF, "draftpair", kinds.OFF, 0)]
     skipped: dict[str, str] = {}
     for kind in wanted:
-        if kind == "none":
+        plugin = kinds.get(kind)
+        if not plugin.proposes:
             continue
         reason = available.get(kind)
         if reason:
             skipped[kind] = reason
             continue
-        width = int(config.widths.get(kind, DEFAULT_WIDTHS.get(kind, 4)))
+        width = int(config.widths.get(kind, plugin.default_width))
         conditions.append(Condition(kind, "draftpair", kind, width,
                                     lookup_assist=config.lookup_assist))
     if config.peers:
-        conditions.append(Condition(PEER_PLAIN, "mlx-lm", "none", 0))
-        if any(c.draft_kind == "full-model" for c in conditions):
-            width = int(config.widths.get("full-model", DEFAULT_WIDTHS["full-model"]))
-            conditions.append(Condition(PEER_SPEC, "mlx-lm", "full-model", width))
+        conditions.append(Condition(PEER_PLAIN, "mlx-lm", kinds.OFF, 0))
+        for peer in [c for c in conditions if kinds.get(c.draft_kind).mlx_lm_peer][:1]:
+            conditions.append(Condition(PEER_SPEC, "mlx-lm", peer.draft_kind, peer.width))
     for url in config.remotes:
         from app.remote.client import parse_url
 
@@ -355,7 +375,7 @@ def _execute_peer(
     from app.bench.peers import run_mlx_lm
 
     target = session.target
-    draft = session.draft.model if cond.draft_kind == "full-model" else None
+    draft = session.draft.model if kinds.get(cond.draft_kind).mlx_lm_peer else None
     try:
         res = run_mlx_lm(
             model=target.model, tokenizer=target.tokenizer, prompt=prompt,
@@ -384,14 +404,14 @@ def _execute_remote(
     cancel: threading.Event, api_key: str | None,
 ) -> dict[str, Any]:
     """One request to an endpoint (the task's chat messages; the server applies its template)."""
-    from app.engine.events import DoneEvent
     from app.remote.client import RemoteRequest, stream_remote
+    from app.remote.results import RemoteDone
 
     request = RemoteRequest(url=cond.url, messages=tuple(messages), max_tokens=max_tokens,
                             temperature=temperature, seed=seed, api_key=api_key)
-    done: Any = None
+    done: RemoteDone | None = None
     for ev in stream_remote(request, cancel=cancel):
-        if isinstance(ev, DoneEvent):
+        if isinstance(ev, RemoteDone):
             done = ev
     assert done is not None
     return {

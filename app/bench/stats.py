@@ -30,18 +30,6 @@ def verdict(on: Sequence[float], off: Sequence[float]) -> str:
     return UNCLEAR
 
 
-def paired_speedup(on: Sequence[float], off: Sequence[float]) -> float | None:
-    """Median of the per-repeat ratios ``on[i] / off[i]`` (runs of a repeat ran back to back,
-    so slow drift of the machine cancels in each ratio). Unequal counts: ratio of medians."""
-    if not on or not off:
-        return None
-    if len(on) == len(off):
-        ratios = [a / b for a, b in zip(on, off, strict=True) if b > 0]
-        return statistics.median(ratios) if ratios else None
-    base = statistics.median(off)
-    return statistics.median(on) / base if base > 0 else None
-
-
 def median(values: Sequence[float]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
@@ -73,9 +61,9 @@ class Identity:
         }
 
 
-def compare_tokens(a: Sequence[int], b: Sequence[int]) -> Identity:
-    """First index where ``a`` and ``b`` differ; a length difference counts as a divergence
-    at the end of the shorter one."""
+def compare_tokens(a: Sequence[object], b: Sequence[object]) -> Identity:
+    """First index where ``a`` and ``b`` differ (token ids, or the characters of two texts);
+    a length difference counts as a divergence at the end of the shorter one."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return Identity(i, len(a), len(b))

@@ -15,7 +15,8 @@ Public API (import from the submodules; each is light to import):
     resolve.resolve_model(name_or_path) -> Path
     builtins.register(Builtin(...))                models shipped with the app (registered at start-up)
 
-Kinds (CheckpointInfo.kind): chat, draft-candidate, dflash, mtp-target, unsupported (+ reason).
+Kinds (CheckpointInfo.kind): chat, base (no chat template: plain-text chat, drafts where it
+pairs), draft-candidate, dflash, mtp-target, unsupported (+ reason).
 Verdicts: works, works-with-warnings, will-not-work. Errors are DraftPairError subclasses
 (StoreError, HubError, DownloadCancelled, ConvertError) whose message is one plain sentence.
 """

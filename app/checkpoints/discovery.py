@@ -101,12 +101,11 @@ def _quant_name(meta: dict) -> str | None:
 
 def _describe(id_: str, name: str, where: str, path: Path) -> FoundModel | None:
     """A FoundModel for one GGUF (None for files that are not models, e.g. vision projectors)."""
+    reason: str | None = None
     try:
         files = split_files(path)
     except GGUFHeaderError as exc:
         files, reason = [path], str(exc)
-    else:
-        reason = None
     size = 0
     for f in files:
         try:
@@ -173,7 +172,7 @@ def _llamacpp(root: Path) -> list[FoundModel]:
 
 def _ollama(root: Path) -> list[FoundModel]:
     manifests = root / "manifests"
-    out = []
+    out: list[FoundModel] = []
     if not manifests.is_dir():
         return out
     for tag_file in sorted(manifests.glob("*/*/*/*")):
@@ -209,7 +208,7 @@ def _ollama(root: Path) -> list[FoundModel]:
 
 
 def _hf(root: Path) -> list[FoundModel]:
-    out = []
+    out: list[FoundModel] = []
     if not root.is_dir():
         return out
     for repo in sorted(root.glob("models--*")):

@@ -9,7 +9,10 @@ Public API:
     import_gguf(source, *, store=None, name=None, precision=None, progress=None, cancel=None,
                 found_in=None) -> StoreEntry
         converts into the store's models folder and records the source there
-        (``draftpair_source.json``); the GGUF itself is read in place, never copied.
+        (``draftpair_source.json``); the GGUF itself is read in place, never copied. Its first
+        progress message says how big the copy will be and in which precision
+        (``gguf_plan.ImportPlan.describe``); a copy that would not fit the disk or the memory
+        is refused in one sentence before anything is written.
     converted_from(folder) -> dict | None          the recorded source of an imported GGUF
     default_precision() -> "float32" (CPU) | "4bit" (Metal)
     ImportProgress(message, done, total); GGUFImportError, ImportCancelled
@@ -36,16 +39,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.checkpoints.gguf_arch import (
-    CONFIG_TENSORS,
-    GGUFArchError,
-    fix_tensor,
-    mlx_config,
-    tensor_plan,
+from app.checkpoints.gguf_arch import fix_tensor
+from app.checkpoints.gguf_header import GGUFHeaderError, split_files
+from app.checkpoints.gguf_plan import (  # noqa: F401 - re-exported: the import's public names
+    GROUP_SIZE,
+    GGUFImportError,
+    ImportPlan,
+    Prepared,
+    _dequant,
+    default_precision,
+    main_quant,
+    plan_of,
+    prepare,
 )
-from app.checkpoints.gguf_header import GGUFHeaderError, is_gguf, split_files
 from app.checkpoints.gguf_tokenizer import GGUFTokenizerError, build_tokenizer_files
-from app.errors import DraftPairError
 
 if TYPE_CHECKING:
     from app.checkpoints.store import Store, StoreEntry
@@ -53,13 +60,6 @@ if TYPE_CHECKING:
 CONVERTER_VERSION = 1
 SOURCE_FILE = "draftpair_source.json"
 SHARD_BYTES = 2 << 30
-GROUP_SIZE = 32
-# MLX bits for a matrix stored as this GGUF type: never fewer bits than the file had
-MLX_BITS = {"Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6, "IQ4_NL": 4, "IQ4_XS": 4}
-
-
-class GGUFImportError(DraftPairError):
-    pass
 
 
 class ImportCancelled(GGUFImportError):
@@ -71,6 +71,7 @@ class ImportProgress:
     message: str
     done: int = 0  # tensors converted
     total: int = 0
+    plan: bool = False  # the message says what the copy will be (size, precision)
 
     @property
     def fraction(self) -> float | None:
@@ -78,55 +79,6 @@ class ImportProgress:
 
 
 ProgressFn = Callable[[ImportProgress], None] | None
-
-
-def default_precision() -> str:
-    """4-bit on Metal (fast there), float32 elsewhere (MLX's fastest on the CPU)."""
-    import mlx.core as mx
-
-    try:
-        return "4bit" if mx.metal.is_available() else "float32"
-    except Exception:  # noqa: BLE001 - no Metal back-end in this build
-        return "float32"
-
-
-def _open(files: list[Path]):
-    from gguf import GGUFReader
-
-    readers = []
-    for f in files:
-        try:
-            readers.append(GGUFReader(f))
-        except Exception as exc:  # noqa: BLE001 - a damaged file is one plain line
-            raise GGUFImportError(
-                f"{f.name} cannot be read as GGUF ({type(exc).__name__}); is it complete?"
-            ) from None
-    meta = {
-        k: fld.contents()
-        for k, fld in readers[0].fields.items()
-        if not k.startswith("GGUF.") and fld.types
-    }
-    tensors = {t.name: t for r in readers for t in r.tensors}
-    expected = meta.get("split.tensors.count")
-    if isinstance(expected, int) and expected != len(tensors):
-        raise GGUFImportError(
-            f"The GGUF set holds {len(tensors)} tensors but says it has {expected}."
-        )
-    return meta, tensors
-
-
-def _dequant(t):
-    import numpy as np
-    from gguf import quants
-
-    try:
-        w = quants.dequantize(t.data, t.tensor_type)
-    except NotImplementedError:
-        raise GGUFImportError(
-            f"Tensor {t.name} uses {t.tensor_type.name}, which the installed gguf package "
-            "cannot dequantize."
-        ) from None
-    return np.ascontiguousarray(w, dtype=np.float32)
 
 
 def _f16(raw, start: int):
@@ -192,31 +144,6 @@ def _exact_blocks(t, w, fix):
     return packed, d, m
 
 
-def _quant_bits(t, mlx_name: str, shape: tuple[int, ...]) -> int:
-    """MLX bits (4, 5, 6 or 8) for a matrix MLX can quantize, 0 for tensors kept in 16 bits."""
-    if len(shape) not in (2, 3) or shape[-1] % GROUP_SIZE or mlx_name.endswith(".mlp.gate.weight"):
-        return 0
-    kind = t.tensor_type.name
-    if kind in MLX_BITS:
-        return MLX_BITS[kind]
-    if kind in EXACT:
-        return EXACT[kind][0]
-    return 4 if kind.startswith(("Q2", "Q3", "Q4", "IQ", "TQ", "MXFP4", "NVFP4")) else 8
-
-
-def _out_bytes(n: int, bits: int, precision: str) -> int:
-    if precision == "float32":
-        return 4 * n
-    if bits:
-        return n * bits // 8 + (n // GROUP_SIZE) * 4
-    return 2 * n
-
-
-def _main_quant(tensors: dict) -> str:
-    kinds = Counter(t.tensor_type.name for t in tensors.values() if len(t.shape) >= 2)
-    return kinds.most_common(1)[0][0] if kinds else "F32"
-
-
 def convert_gguf(
     source: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -224,68 +151,23 @@ def convert_gguf(
     precision: str | None = None,
     progress: ProgressFn = None,
     cancel: threading.Event | None = None,
+    prepared: Prepared | None = None,
 ) -> dict:
     import mlx.core as mx
 
     say = progress or (lambda _p: None)
     out = Path(out)
-    precision = precision or default_precision()
-    if precision not in ("float32", "4bit"):
-        raise GGUFImportError(f"Unknown precision {precision!r} (float32 or 4bit).")
-    source = Path(source).expanduser()
-    if not source.is_file() or not is_gguf(source):
-        raise GGUFImportError(f"{source} is not a GGUF file.")
-    try:
-        files = split_files(source)
-    except GGUFHeaderError as exc:
-        raise GGUFImportError(str(exc)) from None
+    prep = prepared if prepared is not None else prepare(source, precision)
     if out.exists():
         raise GGUFImportError(f"{out} already exists; remove it or choose another name.")
-
+    files, meta, tensors, arch = prep.files, prep.meta, prep.tensors, prep.arch
+    config, plan, todo, bits, sizes = prep.config, prep.plan, prep.todo, prep.bits, prep.sizes
+    precision = prep.precision
     say(
         ImportProgress(
             f"Reading {files[0].name}" + (f" (+{len(files) - 1} parts)" if len(files) > 1 else "")
         )
     )
-    meta, tensors = _open(files)
-    arch = str(meta.get("general.architecture") or "")
-    lazy = {n: (lambda t=t: _dequant(t)) for n, t in tensors.items()}
-    try:
-        config = mlx_config(meta, set(tensors), lazy)
-        plan = tensor_plan(arch, config)
-    except GGUFArchError as exc:
-        raise GGUFImportError(str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise GGUFImportError(
-            f"The file's {arch} settings are incomplete ({type(exc).__name__}: {exc})."
-        ) from None
-
-    skipped = [n for n in tensors if CONFIG_TENSORS.match(n)]
-    if arch.startswith("gemma"):
-        skipped += [n for n in tensors if n == "output.weight"]
-    todo = [n for n in tensors if n not in skipped]
-    unknown = [n for n in todo if n not in plan.to_mlx]
-    if unknown:
-        raise GGUFImportError(
-            f"{len(unknown)} tensor(s) have no place in mlx-lm's {config['model_type']} model "
-            f"(first: {unknown[0]}); the file may be a variant DraftPair does not know."
-        )
-    produced = {plan.to_mlx[n] for n in todo}
-    missing = [m for m in plan.shapes if m not in produced and m not in plan.optional]
-    if missing:
-        raise GGUFImportError(
-            f"The file lacks {len(missing)} weight(s) the {config['model_type']} model needs "
-            f"(first: {missing[0]})."
-        )
-    for n in todo:
-        want = plan.shapes[plan.to_mlx[n]]
-        have = tuple(int(x) for x in reversed(tensors[n].shape.tolist()))
-        if have != want:
-            raise GGUFImportError(f"Tensor {n} has shape {have}, but the model needs {want}.")
-
-    bits = {n: (_quant_bits(tensors[n], plan.to_mlx[n], plan.shapes[plan.to_mlx[n]])
-                if precision == "4bit" else 0) for n in todo}  # fmt: skip
-    sizes = {n: _out_bytes(int(tensors[n].n_elements), bits[n], precision) for n in todo}
     shards: list[list[str]] = [[]]
     acc = 0
     for n in todo:
@@ -375,7 +257,7 @@ def convert_gguf(
         "source_bytes": sum(f.stat().st_size for f in files),
         "gguf_name": meta.get("general.name"),
         "gguf_architecture": arch,
-        "gguf_quantization": _main_quant(tensors),
+        "gguf_quantization": main_quant(tensors),
         "gguf_tensor_types": dict(Counter(t.tensor_type.name for t in tensors.values())),
         "model_type": config["model_type"],
         "precision": precision,
@@ -411,7 +293,7 @@ def import_gguf(
     found_in: str | None = None,
 ) -> StoreEntry:
     from app.checkpoints.inspect import inspect_checkpoint
-    from app.checkpoints.store import SOURCE_MODELS, Store, StoreEntry, dir_size
+    from app.checkpoints.store import SOURCE_MODELS, Store, StoreEntry, check_model_name, dir_size
 
     store = store or Store()
     src = Path(source).expanduser().resolve()
@@ -423,11 +305,19 @@ def import_gguf(
         rec = converted_from(entry.path)
         if rec and rec.get("source_files", [None])[0] == str(first):
             raise GGUFImportError(f"{first.name} is already imported as {entry.name}.")
-    name = name or default_name(first)
+    name = check_model_name(name) if name is not None else default_name(first)
     if store.get(name) is not None or (store.models_dir / name).exists():
         raise GGUFImportError(f"A model named {name!r} already exists; choose another name.")
     dest = store.models_dir / name
-    info = convert_gguf(first, dest, precision=precision, progress=progress, cancel=cancel)
+    prep = prepare(first, precision)
+    plan = plan_of(prep, store.models_dir)
+    refused = plan.refusal()
+    if refused:
+        raise GGUFImportError(refused)
+    if progress is not None:  # said before any tensor is converted
+        progress(ImportProgress(plan.describe(), plan=True))
+    info = convert_gguf(first, dest, progress=progress, cancel=cancel, prepared=prep)
+    info["out_bytes"] = plan.out_bytes
     if found_in:
         info["found_in"] = found_in
     (dest / SOURCE_FILE).write_text(json.dumps(info, indent=2) + "\n")

@@ -148,17 +148,48 @@ def _add_bos_eos(tok, meta: dict, bos: str | None, eos: str | None, byte_level: 
     tok.post_processor = template
 
 
+def _metadata_problem(meta: dict) -> str | None:
+    """What is wrong with the tokenizer arrays (their kinds and lengths), before any use."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        return "its vocabulary is not a list of texts"
+    for key, kind, what in (("token_type", int, "token types"),
+                            ("scores", (int, float), "token scores")):
+        values = meta.get(f"tokenizer.ggml.{key}")
+        if values is None:
+            continue
+        if not isinstance(values, list) or not all(isinstance(v, kind) for v in values):
+            return f"its {what} are not numbers"
+        if len(values) != len(tokens):
+            return f"it lists {len(values):,} {what} for {len(tokens):,} tokens"
+    merges = meta.get("tokenizer.ggml.merges")
+    if merges is not None and (not isinstance(merges, list)
+                               or not all(isinstance(m, str) and " " in m for m in merges)):
+        return "its merges are not pairs of texts"
+    return None
+
+
 def build_tokenizer_files(meta: dict, folder: Path, *, context_length: int | None) -> bool:
     if not meta.get("tokenizer.ggml.tokens"):
         raise GGUFTokenizerError("The file has no tokenizer (no tokenizer.ggml.tokens).")
+    problem = _metadata_problem(meta)
+    if problem:
+        raise GGUFTokenizerError(f"The file's tokenizer is damaged: {problem}.")
     model = meta.get("tokenizer.ggml.model")
     architecture = str(meta.get("general.architecture") or "")
-    if model == "gpt2":
-        tok, specials, tok_class = _byte_level(meta)
-    elif model in ("llama", "t5", "gemma4"):
-        tok, specials, tok_class = _via_transformers(meta, architecture)
-    else:
-        raise GGUFTokenizerError(f"DraftPair cannot rebuild a {model!r} tokenizer from a GGUF.")
+    try:
+        if model == "gpt2":
+            tok, specials, tok_class = _byte_level(meta)
+        elif model in ("llama", "t5", "gemma4"):
+            tok, specials, tok_class = _via_transformers(meta, architecture)
+        else:
+            raise GGUFTokenizerError(
+                f"DraftPair cannot rebuild a {model!r} tokenizer from a GGUF.")
+    except GGUFTokenizerError:
+        raise
+    except Exception:  # noqa: BLE001 - the tokenizers library refusing what the file holds
+        raise GGUFTokenizerError("The file's tokenizer is damaged: its vocabulary or merges "
+                                 "cannot be rebuilt.") from None
     bos, eos = _token(meta, "bos_token_id"), _token(meta, "eos_token_id")
     pad, unk = _token(meta, "padding_token_id"), _token(meta, "unknown_token_id")
     add_bos = meta.get("tokenizer.ggml.add_bos_token")

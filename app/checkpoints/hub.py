@@ -372,7 +372,7 @@ def download(
                     revision=info.sha,
                     cache_dir=str(cache),
                     endpoint=hub_endpoint(),
-                    tqdm_class=bar,  # type: ignore[arg-type]
+                    tqdm_class=bar,
                 )
         except DownloadCancelled:
             raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.errors import DraftPairError
 
 
@@ -55,10 +57,13 @@ def plain_error(exc: BaseException, repo_id: str = "") -> HubError:
         return HubError(
             f"The Hugging Face Hub answered with an error ({status or 'unknown'}); try again later."
         )
+    import importlib
+
+    httpx: Any = None
     try:
-        import httpx2 as httpx  # what huggingface_hub uses
+        httpx = importlib.import_module("httpx2")  # what huggingface_hub uses
     except ImportError:  # pragma: no cover - older hubs use httpx or requests
-        httpx = None
+        pass
     if httpx is not None:
         if isinstance(exc, httpx.ConnectError):
             return HubError(

@@ -115,8 +115,8 @@ class ProgressMeter:
             def __enter__(self):
                 return self
 
-            def __exit__(self, *exc) -> bool:
-                return False
+            def __exit__(self, *exc: object) -> None:
+                return None
 
             def close(self) -> None:
                 pass

@@ -24,19 +24,35 @@ from typing import Any
 
 from app.checkpoints.safetensors_header import WeightsSummary, layer_index, summarize_weights
 from app.checkpoints.tokenizer_files import TokenizerInfo, read_chat_template, read_tokenizer
+from app.fileio import JSON_LIMIT, read_regular_text
 
 KIND_CHAT = "chat"
+KIND_BASE = "base"  # no chat template: chats as plain text, and can draft where it pairs
 KIND_DRAFT = "draft-candidate"
 KIND_DFLASH = "dflash"
 KIND_MTP_TARGET = "mtp-target"
 KIND_UNSUPPORTED = "unsupported"
+TARGET_KINDS = (KIND_CHAT, KIND_BASE, KIND_MTP_TARGET)  # what can be chatted with
 
-KIND_LABELS = {
+KIND_LABELS = {  # plain names; the technical name (``kind``) stays in tooltips and the CLI
     KIND_CHAT: "chat model",
-    KIND_DRAFT: "full-model draft candidate",
-    KIND_DFLASH: "DFlash drafter",
-    KIND_MTP_TARGET: "chat model with MTP head",
+    KIND_BASE: "base model (plain text)",
+    KIND_DRAFT: "draft model",
+    KIND_DFLASH: "block drafter (DFlash)",
+    KIND_MTP_TARGET: "chat model with its own drafter (MTP)",
     KIND_UNSUPPORTED: "unsupported",
+}
+KIND_EXPLAIN = {  # one line each, for a person who has never heard of speculative decoding
+    KIND_CHAT: "A model you can chat with; pick a draft beside it to reply faster.",
+    KIND_BASE: "A model without a chat template: it continues text, and chat joins the turns "
+               "as plain text. It can also draft for a larger model with the same tokens.",
+    KIND_DRAFT: "A small model that only guesses tokens for a larger one; it is not meant "
+                "for chatting on its own.",
+    KIND_DFLASH: "Guesses a whole block of tokens at once for the one model it was made for; "
+                 "it cannot chat.",
+    KIND_MTP_TARGET: "A chat model that carries its own extra prediction layer (a "
+                     "multi-token-prediction head), so it needs no separate draft.",
+    KIND_UNSUPPORTED: "DraftPair cannot use this folder; the reason is shown beside it.",
 }
 
 # Families whose checkpoints can ship multi-token-prediction heads.
@@ -46,7 +62,7 @@ MTP_FAMILIES = {"qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3", "glm4_moe
 def read_json_file(path: Path) -> tuple[Any, str | None]:
     """(data, plain error or None)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8")), None
+        return json.loads(read_regular_text(path, limit=JSON_LIMIT)), None
     except FileNotFoundError:
         return None, f"{path.name} is missing."
     except UnicodeDecodeError:
@@ -249,6 +265,10 @@ class CheckpointInfo:
     def kind_label(self) -> str:
         return KIND_LABELS.get(self.kind, self.kind)
 
+    @property
+    def kind_explain(self) -> str:
+        return KIND_EXPLAIN.get(self.kind, "")
+
     def cfg(self) -> dict:
         return text_config(self.config or {})
 
@@ -405,4 +425,4 @@ def _classify(info: CheckpointInfo) -> tuple[str, str | None]:
         return KIND_DRAFT, None  # a reduced output head cannot emit every token: draft only
     if info.has_chat_template:
         return KIND_CHAT, None
-    return KIND_DRAFT, None
+    return KIND_BASE, None  # a base model: plain-text chat, and a draft where it pairs

@@ -17,6 +17,7 @@ from app.errors import (
     technical_detail,
     user_message,
 )
+from app.fileio import JSON_LIMIT, read_regular_text
 
 
 def explain_load_failure(exc: BaseException, folder: str | Path) -> ModelLoadError:
@@ -29,7 +30,7 @@ def explain_load_failure(exc: BaseException, folder: str | Path) -> ModelLoadErr
         file = _damaged_weight_file(folder)
     model_type = None
     try:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        cfg = json.loads(read_regular_text(folder / "config.json", limit=JSON_LIMIT))
         model_type = cfg.get("model_type") if isinstance(cfg, dict) else None
     except (OSError, ValueError):
         pass

@@ -43,7 +43,7 @@ from app.checkpoints.safetensors_header import (
     read_header,
 )
 from app.errors import DraftPairError
-from app.fileio import atomic_write_json
+from app.fileio import JSON_LIMIT, atomic_write_json, read_regular_text
 
 HEAD_DIR = "mtp"
 HEAD_FILE = "model.safetensors"
@@ -69,7 +69,7 @@ def beside(model: Path) -> dict[str, TensorInfo]:
     """The head tensors in ``<model>/mtp/*.safetensors`` (headers only; empty if none)."""
     folder = Path(model) / HEAD_DIR
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(read_regular_text(folder / "config.json", limit=JSON_LIMIT))
     except (OSError, ValueError):
         return {}
     tensors: dict[str, TensorInfo] = {}
@@ -157,7 +157,7 @@ def copy_local(source: Path, model: Path, on_message: Callable[[str], None] | No
     """Copy the head of a local source checkpoint beside ``model``; None if it has none."""
     source = Path(source)
     try:
-        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(read_regular_text(source / "config.json", limit=JSON_LIMIT))
     except (OSError, ValueError) as exc:
         raise MTPSourceError(f"{source} has no readable config.json ({exc}).") from None
     pieces: list[_Piece] = []
@@ -231,7 +231,7 @@ class _Remote:
         path = hf_hub_download(self.repo_id, name, revision=self.sha,
                                cache_dir=str(hf_cache_dir()), endpoint=hub_endpoint())
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = json.loads(read_regular_text(path, limit=JSON_LIMIT))
         except ValueError:
             raise MTPSourceError(f"{name} in {self.repo_id} is not valid JSON.") from None
         if not isinstance(data, dict):

@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.fileio import JSON_LIMIT, open_regular, read_regular_text
+
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 
 
@@ -62,7 +64,7 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     path = Path(path)
     try:
         size = path.stat().st_size
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             head = f.read(8)
             if len(head) < 8:
                 raise HeaderError(f"{path.name} is too short to be a safetensors file.")
@@ -170,7 +172,7 @@ def summarize_weights(folder: str | os.PathLike[str], config: dict | None = None
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+            weight_map = json.loads(read_regular_text(index, limit=JSON_LIMIT)).get("weight_map", {})
             shards = {v for v in weight_map.values() if isinstance(v, str)}
             if len(shards) != len(set(map(str, weight_map.values()))):
                 errors.append("model.safetensors.index.json names shards that are not file names.")

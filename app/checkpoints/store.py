@@ -11,6 +11,7 @@ Public API:
     StoreEntry: name, path, source, size_bytes, info (CheckpointInfo) + shortcuts
                 (kind, architecture, param_count, dtype, quantization, vocab_size,
                 context_length, has_chat_template, unsupported_reason), to_dict()
+    check_model_name(name) -> name     StoreError unless it is a name (never a path)
 
 The registry of imported folders is a small JSON file written atomically (temp, fsync, rename).
 """
@@ -34,6 +35,18 @@ SOURCE_MODELS = "models-folder"
 SOURCE_IMPORTED = "imported"
 SOURCE_BUILTIN = "built-in"
 
+
+
+def check_model_name(name: str) -> str:
+    """``name`` when it can name a model (one folder name inside the models folder), else a
+    StoreError saying so: a name is never a path."""
+    bad = (not name or name != name.strip() or name in (".", "..") or name.startswith(".")
+           or any(c in name for c in "/\\\0:") or len(name) > 120
+           or any(ord(c) < 32 for c in name) or Path(name).is_absolute())
+    if bad:
+        raise StoreError(f"{name!r} cannot be a model's name: a name is one word or phrase "
+                         "without slashes, colons or a leading dot, never a path.")
+    return name
 
 class StoreError(DraftPairError):
     pass
@@ -81,6 +94,7 @@ class StoreEntry:
 
     kind = property(lambda self: self.info.kind)
     kind_label = property(lambda self: self.info.kind_label)
+    kind_explain = property(lambda self: self.info.kind_explain)
     param_count = property(lambda self: self.info.param_count)
     dtype = property(lambda self: self.info.dtype)
     quantization = property(lambda self: self.info.quantization)
@@ -274,6 +288,8 @@ class Store:
             raise StoreError(f"{src} is not a folder.")
         if not (src / "config.json").is_file():
             raise StoreError(f"{src} has no config.json, so it is not a model folder.")
+        if name is not None:
+            check_model_name(name)
         if check is not None:
             check(src)
         name = name or src.name

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.fileio import JSON_LIMIT, read_regular_bytes, read_regular_text
+
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -87,7 +89,7 @@ def _load_json(path: Path, problems: list[str]) -> Any:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_regular_text(path, limit=JSON_LIMIT))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         problems.append(_json_problem(path, exc))
         return None
@@ -108,13 +110,13 @@ def read_chat_template(folder: Path, tok_config: dict | None) -> str | None:
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         try:
-            return jinja.read_text(encoding="utf-8")
+            return read_regular_text(jinja, limit=JSON_LIMIT)
         except (OSError, UnicodeDecodeError):
             return None
     ct_json = folder / "chat_template.json"
     if ct_json.is_file():
         try:
-            data = json.loads(ct_json.read_text(encoding="utf-8"))
+            data = json.loads(read_regular_text(ct_json, limit=JSON_LIMIT))
             if isinstance(data, dict) and isinstance(data.get("chat_template"), str):
                 return data["chat_template"]
         except (OSError, ValueError):
@@ -141,7 +143,7 @@ def _load_tokenizer_json(path: Path, problems: list[str]) -> Any:
     if not path.is_file():
         return None
     try:
-        raw = path.read_bytes()
+        raw = read_regular_bytes(path, limit=JSON_LIMIT)
     except OSError as exc:
         problems.append(_json_problem(path, exc))
         return None
@@ -219,7 +221,7 @@ def read_tokenizer(folder: str | Path) -> TokenizerInfo | None:
         info.source = name
         info.vocab_type = "SentencePiece" if name == "tokenizer.model" else "Tekken"
         try:
-            raw = (folder / name).read_bytes()
+            raw = read_regular_bytes(folder / name, limit=JSON_LIMIT)
             info.file_digest = hashlib.sha256(raw).hexdigest()
             if name == "tokenizer.model":
                 pieces, normalizer = _sentencepiece_pieces(raw)

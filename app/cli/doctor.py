@@ -6,6 +6,7 @@ import argparse
 import json
 import platform
 import sys
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def collect() -> dict[str, object]:
+def collect() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
     import mlx.core as mx
@@ -22,7 +23,7 @@ def collect() -> dict[str, object]:
 
     from app.engine.platform import blas_status
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("mlx", "mlx-lm", "transformers", "huggingface_hub", "PySide6-Essentials",
                 "pyqtgraph", "numpy"):
         try:
@@ -31,7 +32,7 @@ def collect() -> dict[str, object]:
             versions[pkg] = None
     status = blas_status()
     vm = psutil.virtual_memory()
-    info: dict[str, object] = {
+    info: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  memory        {int(info['memory_total_bytes']) / gib:.1f} GiB total, "
           f"{int(info['memory_available_bytes']) / gib:.1f} GiB available, "
           f"{info['cpu_count']} CPUs")
-    for pkg, ver in dict(info["versions"]).items():  # type: ignore[arg-type]
+    for pkg, ver in dict(info["versions"]).items():
         print(f"  {pkg:<13} {ver or 'not installed'}")
     demo = info.get("demo")
     if isinstance(demo, dict):

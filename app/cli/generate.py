@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.registry import KINDS, spec
+from app import kinds
+from app.cli import kind_args
 
 if TYPE_CHECKING:
     from app.engine.session import Session
@@ -20,12 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", type=Path, help="read the prompt from a file ('-': stdin)")
-    p.add_argument("--draft-model", help="draft folder for --draft-kind full-model")
-    p.add_argument("--draft-kind", default=None, choices=KINDS,
-                   help="none | full-model | prompt-lookup (default: full-model when "
-                   "--draft-model is given, else none)")
+    p.add_argument("--draft-model", help="draft folder, for the kinds that read one")
+    p.add_argument("--draft-kind", default=None, choices=kind_args.choices(),
+                   help=f"{kind_args.listing()} (default: the kind that reads --draft-model "
+                   f"when it is given, else {kinds.OFF})")
     p.add_argument("--draft-block-size", type=int, default=None, dest="width",
-                   help="proposals per round (full-model 4, prompt-lookup 7)")
+                   help=f"proposals per round (default {kind_args.widths()})")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temp", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -79,8 +82,11 @@ def _read_prompt(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from app.cli import EXIT_USAGE, CliError
 
-    kind = args.draft_kind or ("full-model" if args.draft_model else "none")
-    if args.draft_model and not spec(kind).needs_draft_model:
+    submitted = time.perf_counter()  # time to first token counts from here: loading included
+    kind = args.draft_kind or (kind_args.folder_kind(args.draft_model) if args.draft_model
+                               else kinds.OFF)
+    plugin = kinds.get(kind)
+    if args.draft_model and not plugin.needs_draft_folder:
         raise CliError(f"--draft-kind {kind} uses no draft model; leave --draft-model out",
                        EXIT_USAGE)
     if args.width is not None and not 1 <= args.width <= 64:
@@ -91,12 +97,8 @@ def run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
 
     from app.engine.events import (
-        DoneEvent,
         GenerationRequest,
-        NoticeEvent,
-        PrefillEvent,
         SamplingParams,
-        TokenEvent,
     )
     from app.engine.session import Session
     from app.engine.validation import problems
@@ -119,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         ngram_max=args.ngram_max,
         adaptive=args.adaptive,
         lookup_assist=args.lookup_assist,
+        submitted_at=submitted,
     )
     found = problems(request)  # before anything heavy is loaded
     if found:
@@ -127,48 +130,83 @@ def run(args: argparse.Namespace) -> int:
     try:
         session.load_target(args.model)
         draft = args.draft_model
-        if kind == "full-model" and draft is None and str(args.model) == "demo":
-            draft = "demo-draft"
-        if spec(kind).needs_draft_model and draft is not None:
+        if draft is None and str(args.model) == "demo" and plugin.demo_draft:
+            draft = plugin.demo_draft
+        if plugin.needs_draft_folder and draft is not None:
             session.load_draft(draft)  # a DFlash folder or a small model
     except DraftPairError as exc:
         raise CliError(str(exc), detail=exc.detail) from None
-    done = None
-    for ev in session.generate(request):
-        if isinstance(ev, TokenEvent) and not args.json:
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
-        elif isinstance(ev, PrefillEvent) and args.verbose:
-            _progress(ev)
-        elif isinstance(ev, NoticeEvent):
-            print(f"draftpair: note: {ev.message}", file=sys.stderr)
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None
+    from app.cli import EXIT_INTERRUPTED
+    from app.cli.interrupt import stop_on_ctrl_c
+
+    cancel = threading.Event()
+    with stop_on_ctrl_c(cancel):
+        done = _stream(session, request, args, cancel)
+    if cancel.is_set():  # Ctrl+C: the reply stopped within one prompt chunk or round
+        if args.json:
+            print(json.dumps(done.to_dict(), indent=2))
+        else:
+            sys.stdout.write("\n")
+        return EXIT_INTERRUPTED
     if done.finish_reason == "error":
         raise CliError(done.error or "The generation failed.")
     if args.json:
         print(json.dumps(done.to_dict(), indent=2))
     else:
-        sys.stdout.write("\n")
-        if args.verbose:
-            t = done.timings
-            print(
-                f"[{t.draft_kind}] {t.predicted_n} tokens, {t.predicted_per_second:.1f} tok/s, "
-                f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms"
-                f"{f' ({t.cache_n} reused)' if t.cache_n else ''}, accepted "
-                f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
-                f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
-                file=sys.stderr,
-            )
-            if t.copy_rounds:
-                print(f"[{t.draft_kind}] prompt lookup copied from the context in "
-                      f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
-                      f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)
-            drafter = _drafter_line(session, t.draft_kind)
-            if drafter:
-                print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)
+        _summary(session, done, args)
     return 0
+
+
+def _stream(session: Session, request, args: argparse.Namespace, cancel: threading.Event):
+    """Prints the reply as it streams; the DoneEvent."""
+    from app.engine.events import DoneEvent, NoticeEvent, PrefillEvent, StatusEvent, TokenEvent
+
+    done, told = None, False
+    for ev in session.generate(request, cancel=cancel):
+        if isinstance(ev, TokenEvent) and not args.json:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, PrefillEvent) and args.verbose:
+            _progress(ev)
+        elif isinstance(ev, StatusEvent) and ev.stage == "warmup":
+            if args.verbose:
+                _line(ev.message, done=ev.progress in (None, 1.0))
+            elif not told:  # a wait of seconds is never silent; -v shows its progress
+                told = True
+                print(f"draftpair: note: {ev.message.split(' (')[0]}.", file=sys.stderr)
+        elif isinstance(ev, NoticeEvent):
+            print(f"draftpair: note: {ev.message}", file=sys.stderr)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return done
+
+
+def _summary(session: Session, done, args: argparse.Namespace) -> None:
+    """The newline after the reply, and with -v the figures on stderr."""
+    sys.stdout.write("\n")
+    if not args.verbose:
+        return
+    t = done.timings
+    print(
+        f"[{t.draft_kind}] {t.predicted_n} tokens, {t.predicted_per_second:.1f} tok/s, "
+        f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms"
+        f"{f' ({t.cache_n} reused)' if t.cache_n else ''}, accepted "
+        f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
+        f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
+        file=sys.stderr,
+    )
+    if t.warmup_ms:
+        print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
+              f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",
+              file=sys.stderr)
+    if t.copy_rounds:
+        print(f"[{t.draft_kind}] prompt lookup copied from the context in "
+              f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
+              f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)
+    drafter = _drafter_line(session, t.draft_kind)
+    if drafter:
+        print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)
 
 
 def _drafter_line(session: Session, kind: str) -> str | None:
@@ -186,11 +224,13 @@ def _drafter_line(session: Session, kind: str) -> str | None:
 
 def _progress(ev) -> None:
     """Prompt-reading progress on stderr: one updating line on a terminal, else a line per step."""
-    line = (f"reading the prompt: {ev.done:,}/{ev.total:,} tokens, "
-            f"{ev.tokens_per_s:,.0f} tok/s")
+    _line(f"reading the prompt: {ev.done:,}/{ev.total:,} tokens, {ev.tokens_per_s:,.0f} tok/s",
+          done=ev.done >= ev.total)
+
+
+def _line(line: str, *, done: bool) -> None:
     if sys.stderr.isatty():
-        end = "\n" if ev.done >= ev.total else ""
-        sys.stderr.write(f"\r{line}{end}")
+        sys.stderr.write(f"\r{line}\033[K" + ("\n" if done else ""))
     else:
         sys.stderr.write(line + "\n")
     sys.stderr.flush()

@@ -181,9 +181,9 @@ def run_list(args: argparse.Namespace) -> int:
                 print(f"    why unsupported: {e.unsupported_reason}")
             if args.verbose:
                 print(f"    at {e.path}")
-                rec = _gguf_source(e.path)
-                if rec:
-                    print(f"    converted from {rec}")
+                source = _gguf_source(e.path)
+                if source:
+                    print(f"    converted from {source}")
     if found:
         _print_found(found, args.verbose)
     return 0
@@ -287,12 +287,15 @@ def _import_progress():
 
 
 def _json_progress(p) -> None:
-    print(json.dumps({"message": p.message, "done": p.done, "total": p.total}), file=sys.stderr,
-          flush=True)  # fmt: skip
+    line = {"message": p.message, "done": p.done, "total": p.total}
+    if getattr(p, "plan", False):
+        line["plan"] = True
+    print(json.dumps(line), file=sys.stderr, flush=True)
 
 
 def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
-    from app.checkpoints.gguf_import import GGUFImportError, ImportCancelled, import_gguf
+    from app.checkpoints.gguf_import import ImportCancelled, import_gguf
+    from app.errors import DraftPairError
 
     name = args.name
     if name is None and found is not None and found.where == "Ollama":
@@ -316,7 +319,7 @@ def _import_gguf(args: argparse.Namespace, path, found=None) -> int:
     except ImportCancelled:
         print("Cancelled; nothing was kept.", file=sys.stderr)
         return 130
-    except (GGUFImportError, OSError) as exc:
+    except (DraftPairError, OSError) as exc:
         raise CliError.plain(exc) from None
     if args.json:
         print(json.dumps({**entry.to_dict(), "imported_from": str(path)}))
@@ -359,6 +362,14 @@ def run_import(args: argparse.Namespace) -> int:
     from app.checkpoints.store import StoreError
     from app.errors import DraftPairError
 
+    if args.name is not None:
+        from app.checkpoints.store import check_model_name
+        from app.cli import EXIT_USAGE
+
+        try:
+            check_model_name(args.name)
+        except StoreError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
     path = Path(args.path).expanduser()
     if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
         return _import_gguf(args, path)

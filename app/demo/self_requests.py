@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from app.checkpoints.chat_prompt import chat_text
 from app.demo import teacher
 
 INDEX_BASE = 1_000_000_000  # record indices of self requests (generator indices stay below)
@@ -34,8 +35,7 @@ Log = Callable[[str], None]
 
 def request_prefix(tokenizer) -> list[int]:
     """Token ids of the chat template up to where a user's request starts."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": MARK}],
-                                         add_generation_prompt=False, tokenize=False)
+    text = chat_text(tokenizer, [{"role": "user", "content": MARK}], add_generation_prompt=False)
     head = text.split(MARK)[0]
     return list(tokenizer.encode(head, add_special_tokens=False))
 
@@ -52,8 +52,7 @@ _STOP = frozenset("a an the i im i'm is it to of and or for in on my me you your
 
 def request_text(tokenizer, prompt_ids: list[int]) -> str:
     """The user's words of a one-turn chat prompt (as ``teacher.encode_prompt`` builds it)."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": MARK}],
-                                         add_generation_prompt=True, tokenize=False)
+    text = chat_text(tokenizer, [{"role": "user", "content": MARK}], add_generation_prompt=True)
     head, tail = text.split(MARK)
     full = tokenizer.decode(list(prompt_ids))
     if full.startswith(head):

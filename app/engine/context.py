@@ -3,7 +3,9 @@
 ``context_length(config)`` reads the limit a checkpoint declares (``max_position_embeddings``
 and its older names, in ``text_config`` for multimodal wrappers); ``sliding_window(config)``
 says how far a sliding-window model attends (it still takes prompts up to the context
-length). ``check`` refuses a prompt that does not fit with a plain sentence; ``fit_messages``
+length). ``check`` refuses a prompt that does not fit with a plain sentence; ``Admission`` is what
+``Session.admit`` hands every caller (generate, the server, the bench): the prompt's token ids
+and the limit they were checked against, so all of them agree on both; ``fit_messages``
 applies the user's policy for chats: ``"refuse"`` (the default) or ``"drop-oldest"``, which
 leaves out the oldest turns, keeps the system prompt and always keeps the latest message.
 """
@@ -55,13 +57,27 @@ class ContextUse:
     dropped_turns: int = 0
 
 
+@dataclass(frozen=True)
+class Admission:
+    """A prompt the model takes: its token ids and the context limit they were checked against."""
+
+    tokens: tuple[int, ...]
+    limit: int | None  # tokens the model reads, prompt and reply together (None: unknown)
+    dropped_turns: int = 0  # oldest chat turns left out to fit (the drop-oldest policy)
+
+    @property
+    def reply_room(self) -> int | None:
+        """Tokens left for the reply (None: no known limit)."""
+        return None if self.limit is None else self.limit - len(self.tokens)
+
+
 def check(n_prompt: int, limit: int | None, *, dropped: int = 0) -> ContextUse:
     """Refuse a prompt that leaves no room for a reply, before any model work."""
     if limit is not None and n_prompt >= limit:
         raise DraftPairError(
             f"The prompt is {n_prompt:,} tokens but the model reads at most {limit:,} "
             "(prompt and reply together). Shorten it, start a new chat, or choose "
-            "“drop the oldest turns” in the chat settings."
+            "“drop the oldest turns” in the Reply settings."
         )
     room = None if limit is None else limit - n_prompt
     return ContextUse(n_prompt, limit, room, dropped)

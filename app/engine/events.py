@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.kinds import OFF
+
 # Acceptance rules (app/engine/verify.py); reported in timings.acceptance_rule.
 RULE_NONE = "none"  # plain decoding
 RULE_GREEDY = "greedy"  # temperature 0: argmax match, exact
@@ -43,7 +45,7 @@ class GenerationRequest:
     prompt_tokens: tuple[int, ...] | None = None
     chat: bool = True  # apply the tokenizer's chat template to ``prompt``
     system_prompt: str | None = None
-    draft_kind: str = "none"
+    draft_kind: str = OFF
     draft_width: int | None = None  # proposals per round; None = the kind's default
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = 256
@@ -57,12 +59,16 @@ class GenerationRequest:
     conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
     context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
     memory_interval_s: float = 0.25
+    # when the person asked (time.perf_counter()): Send, the request's arrival at the server,
+    # the command's start; time to first token counts from it. None: when generate() is called
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True)
 class StatusEvent:
     stage: str  # "prefill" | "warmup" | "decoding"
-    message: str = ""
+    message: str = ""  # plain words for the person waiting
+    progress: float | None = None  # 0..1 while a measured stage (warm-up) runs, else None
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,7 @@ class Timings:
     copy_n: int = 0
     copy_n_accepted: int = 0
     copy_rounds: int = 0
-    draft_kind: str = "none"
+    draft_kind: str = OFF
     accept_len_mean: float = 0.0  # draft_n_accepted / draft_rounds
     acceptance_rate: float = 0.0  # draft_n_accepted / draft_n
     tokens_per_verify: float = 0.0  # emitted tokens / target verify passes
@@ -160,7 +166,8 @@ class Timings:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     rollback_ms: float = 0.0
-    ttft_ms: float = 0.0
+    ttft_ms: float = 0.0  # from the request's submission: every wait before the first token
+    warmup_ms: float = 0.0  # of ttft_ms: measuring this machine's speed (only the first time)
     peak_memory_bytes: int = 0
     draft_width: int = 0
     acceptance_rule: str = RULE_NONE

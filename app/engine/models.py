@@ -11,8 +11,11 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.load_errors import explain_load_failure, tokenizer_failure
+from app.engine.mlx_types import flat_arrays
 from app.errors import ModelLoadError, technical_detail, user_message
+from app.fileio import JSON_LIMIT, read_regular_text, special_files
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -38,13 +41,37 @@ class LoadedModel:
         return int(self.config.get("vocab_size") or len(self.tokenizer.get_vocab()))
 
     @property
+    def embedding_rows(self) -> int:
+        """Token ids the model can read: the rows of its input embedding table. An id at or
+        past it would read memory past the table (MLX does not check), so callers refuse it."""
+        rows = self.extra.get("embedding_rows")
+        if rows is None:
+            rows = embedding_rows(self.model) or self.vocab_size
+            self.extra["embedding_rows"] = rows
+        return int(rows)
+
+    @property
     def eos_token_ids(self) -> set[int]:
         return set(self.tokenizer.eos_token_ids or [])
 
     def weight_bytes(self) -> int:
-        from mlx.utils import tree_flatten
+        return sum(v.nbytes for _, v in flat_arrays(self.model.parameters()))
 
-        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+_EMBEDDING_NAMES = ("embed_tokens", "embeddings", "wte", "tok_embeddings", "word_embeddings")
+
+
+def embedding_rows(model: nn.Module) -> int | None:
+    """Rows of ``model``'s input embedding table (quantized tables keep one row per id), or
+    None when no known layout holds one."""
+    lm = getattr(model, "language_model", model)
+    for owner in (getattr(lm, "model", None), getattr(lm, "transformer", None), lm):
+        for name in _EMBEDDING_NAMES:
+            layer = getattr(owner, name, None) if owner is not None else None
+            weight = getattr(layer, "weight", None)
+            if isinstance(weight, mx.array) and weight.ndim == 2:
+                return int(weight.shape[0])
+    return None
 
 
 def validate_folder(path: Path) -> dict[str, Any]:
@@ -53,16 +80,22 @@ def validate_folder(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"No model folder at {path}.")
     if not path.is_dir():
         raise ModelLoadError(f"{path} is a file; a model is a folder with config.json.")
+    for name, kind in special_files(path)[:1]:  # mlx-lm would open it and wait forever
+        raise ModelLoadError(f"{name} in {path} is {kind}, not an ordinary file, so "
+                             "DraftPair does not load this folder.")
     cfg_path = path / "config.json"
     if not cfg_path.exists() and not cfg_path.is_symlink():
         raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint.")
     try:
-        config = json.loads(cfg_path.read_text())
+        config = json.loads(read_regular_text(cfg_path, limit=JSON_LIMIT))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(user_message(exc, file=cfg_path),
                              detail=technical_detail(exc)) from None
     if not isinstance(config, dict):
         raise ModelLoadError(f"config.json in {path} is not a JSON object.")
+    problem = config_range_problem(config, f"config.json in {path}")
+    if problem:
+        raise ModelLoadError(problem)
     if "DFlashDraftModel" in (config.get("architectures") or []) or isinstance(
             config.get("dflash_config"), dict):
         raise ModelLoadError(
@@ -81,15 +114,13 @@ def validate_folder(path: Path) -> dict[str, Any]:
 
 
 def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
-    from mlx.utils import tree_flatten
-
     dense = sorted({str(v.dtype).replace("mlx.core.", "")
                     for _, m in model.named_modules() if "scales" not in m
                     for v in m.values() if isinstance(v, mx.array) and v.ndim >= 2})
     quant = [m for _, m in model.named_modules() if "scales" in m]
     if not quant:
         dtypes = {str(v.dtype).replace("mlx.core.", "")
-                  for _, v in tree_flatten(model.parameters())}
+                  for _, v in flat_arrays(model.parameters())}
         return "/".join(sorted(dtypes))
     if any(isinstance(m, nn.QuantizedLinear) for m in quant) or not dense:
         q = config.get("quantization") or config.get("quantization_config") or {}
@@ -103,16 +134,19 @@ def _precision_of(model: nn.Module, config: dict[str, Any]) -> str:
 def dequantized_weight(layer: nn.Module, rows: mx.array | None = None) -> mx.array:
     """The weight of an embedding or linear layer (only ``rows`` if given), dequantized if
     the layer is quantized; the result takes the dtype of its scales."""
-    pick = (lambda a: a) if rows is None else (lambda a: a[rows])
+    def pick(a: mx.array) -> mx.array:
+        return a if rows is None else a[rows]
+
     if "scales" not in layer:
         return pick(layer.weight)
     biases = pick(layer["biases"]) if "biases" in layer else None
-    return mx.dequantize(pick(layer.weight), pick(layer.scales), biases,
-                         group_size=layer.group_size, bits=layer.bits,
-                         mode=getattr(layer, "mode", "affine"))
+    out: mx.array = mx.dequantize(pick(layer.weight), pick(layer.scales), biases,
+                                  group_size=layer.group_size, bits=layer.bits,
+                                  mode=getattr(layer, "mode", "affine"))
+    return out
 
 
-def _cast_dense(model: nn.Module, dtype) -> None:
+def _cast_dense(model: nn.Module, dtype: mx.Dtype) -> None:
     """Cast the floating-point arrays of unquantized modules; quantized ones keep theirs."""
     for _, m in model.named_modules():
         if "scales" in m:
@@ -177,8 +211,13 @@ def load_model(
         raise explain_load_failure(exc, path) from None
     except Exception as exc:  # corrupt safetensors, missing tensors...
         raise explain_load_failure(exc, path) from None
-    try:
-        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    needs_code = remote_code_tokenizer(path)
+    if needs_code:
+        raise ModelLoadError(f"The tokenizer in {path} needs its own Python code ({needs_code}), "
+                             "which DraftPair never runs.")
+    try:  # never asks on the terminal whether to run the checkpoint's code: it does not
+        tokenizer = load_tokenizer(path, {"trust_remote_code": False},
+                                   eos_token_ids=config.get("eos_token_id"))
     except Exception as exc:
         raise ModelLoadError(tokenizer_failure(exc, path), detail=technical_detail(exc)) from None
 

@@ -78,7 +78,6 @@ def chunked(
 
 def cache_arrays(cache: list[Any]) -> list[Any]:
     """Every array a model cache holds (to evaluate it with a chunk)."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
+    from app.engine.mlx_types import flat_arrays
 
-    return [a for _, a in tree_flatten([c.state for c in cache]) if isinstance(a, mx.array)]
+    return [a for _, a in flat_arrays([c.state for c in cache])]

@@ -16,6 +16,12 @@ Rewinding to the longest common prefix with a new prompt, per cache kind:
   read, and at the end of a reply) and the latest one at or before the common prefix is
   restored; the rest of the prompt is then fed as usual.
 
+Drafters that read the target's hidden states (MTP heads, DFlash) need one target row per
+position the cache holds. A ``Conversation`` keeps those rows beside the target's state
+(``KeptRows``: the rows every drafter that may run with this target reads), rewound with it,
+so such a drafter rebuilds its own state from them at any later turn, whatever kind the
+earlier turns used.
+
 A snapshot copies only the layers that cannot trim; in a hybrid model the attention layers of
 the same cache are trimmed to the snapshot's length. Entries are taken out of the store while a
 request uses them (no copy of the big KV arrays), and put back when it ends.
@@ -29,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_lm.models.cache import ConcatenateKVCache, KVCache, QuantizedKVCache
+
+from app.engine.taps import Hidden, TapRequest
 
 # cache kinds whose trim is exact at any length (everything else is snapshotted)
 ALWAYS_TRIMMABLE = (KVCache, QuantizedKVCache, ConcatenateKVCache)
@@ -48,11 +56,10 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _arrays(obj: Any) -> list[Any]:
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
+    from app.engine.mlx_types import flat_arrays
 
     state = obj.state if hasattr(obj, "state") else obj
-    return [a for _, a in tree_flatten(state) if isinstance(a, mx.array)]
+    return [a for _, a in flat_arrays(state)]
 
 
 def cache_nbytes(cache: list[Any]) -> int:
@@ -65,7 +72,7 @@ def held_length(cache: list[Any]) -> int | None:
     return max(offsets) if offsets else None
 
 
-def signature(cache: list[Any]) -> tuple:
+def signature(cache: list[Any]) -> tuple[Any, ...]:
     """What must match for a kept cache to stand in for a fresh one of the same model."""
     return tuple((type(c).__name__, getattr(c, "max_size", None), getattr(c, "keep", None))
                  for c in cache)
@@ -172,17 +179,75 @@ class CachedState:
         return self.rewind(len(known))
 
 
+class KeptRows:
+    """The target's hidden rows (for ``taps``) of every position a kept state holds, in
+    order; appended to step by step (a list append: no copy while decoding)."""
+
+    def __init__(self, taps: TapRequest, parts: list[Hidden] | None = None, n: int = 0):
+        self.taps = taps
+        self.parts: list[Hidden] = list(parts or [])
+        self.n = n
+
+    def covers(self, taps: TapRequest | None) -> bool:
+        if taps is None or taps.empty:
+            return True
+        have = self.taps
+        return ((have.final_prenorm or not taps.final_prenorm)
+                and (have.final_postnorm or not taps.final_postnorm)
+                and set(taps.layers) <= set(have.layers))
+
+    def append(self, hidden: Hidden | None) -> bool:
+        """Rows of the positions a step added; False if a pass returned none (the rows no
+        longer line up with the cache: the caller drops them)."""
+        if hidden is None:
+            return False
+        if hidden.n:
+            self.parts.append(hidden)
+            self.n += hidden.n
+        return True
+
+    def hidden(self, upto: int | None = None) -> Hidden:
+        """One ``Hidden`` of the first ``upto`` rows (all by default)."""
+        whole = Hidden.concat(self.parts)
+        self.parts = [whole] if whole.n else []
+        return whole if upto is None or upto >= whole.n else whole.rows(0, upto)
+
+    def rewind(self, length: int) -> bool:
+        """Keep the first ``length`` rows; False when fewer are held."""
+        if length > self.n:
+            return False
+        if length < self.n:
+            self.parts = [self.hidden(length)] if length else []
+            self.n = length
+        return True
+
+    def compact(self) -> None:
+        """One array per tap, evaluated (at the end of a request)."""
+        import mlx.core as mx
+
+        whole = self.hidden()
+        mx.eval(whole.arrays())
+
+    def fork(self) -> KeptRows:
+        return KeptRows(self.taps, self.parts, self.n)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for p in self.parts for a in p.arrays())
+
+
 @dataclass
 class Conversation:
     """What one conversation keeps: the target's state and each drafter's (by drafter key)."""
 
-    model_key: tuple
+    model_key: tuple[Any, ...]
     target: CachedState
     drafters: dict[str, CachedState] = field(default_factory=dict)
     key: str | None = None  # the conversation it belongs to (None: keyed by tokens only)
+    rows: KeptRows | None = None  # the target's rows of every position ``target`` holds
 
     def nbytes(self) -> int:
-        return self.target.nbytes() + sum(d.nbytes() for d in self.drafters.values())
+        rows = self.rows.nbytes() if self.rows is not None else 0
+        return self.target.nbytes() + sum(d.nbytes() for d in self.drafters.values()) + rows
 
     def fork(self) -> Conversation:
         """An independent copy (the snapshots are never written to, so they are shared)."""
@@ -190,7 +255,8 @@ class Conversation:
             return CachedState(list(s.tokens), copy.deepcopy(s.cache), list(s.snapshots))
 
         return Conversation(self.model_key, dup(self.target),
-                            {k: dup(v) for k, v in self.drafters.items()}, self.key)
+                            {k: dup(v) for k, v in self.drafters.items()}, self.key,
+                            self.rows.fork() if self.rows is not None else None)
 
 
 @dataclass
@@ -222,7 +288,7 @@ class PromptCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def take(self, model_key: tuple, prompt: list[int], draft_key: str | None = None,
+    def take(self, model_key: tuple[Any, ...], prompt: list[int], draft_key: str | None = None,
              conversation: str | None = None) -> Reuse:
         """The kept state sharing the longest prefix with ``prompt``, rewound there (at least
         one prompt token is always left to feed).
@@ -255,6 +321,8 @@ class PromptCache:
         reached = entry.target.rewind(limit)
         if reached == 0:
             return Reuse(None)
+        if entry.rows is not None and not entry.rows.rewind(reached):
+            entry.rows = None
         draft = entry.drafters.pop(draft_key, None) if draft_key else None
         entry.drafters.clear()  # other drafters' states would go stale: drop them
         if draft is not None:

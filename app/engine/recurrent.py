@@ -68,7 +68,7 @@ class _StepMethodTap:
     def __init__(self, owner: Any, method: Any):
         self.owner, self.method = owner, method
 
-    def __call__(self, x, A, state=None):
+    def __call__(self, x: mx.array, A: mx.array, state: mx.array | None = None) -> Any:
         out = self.method(self.owner, x, A, state)
         rec = getattr(_local, "rec", None)
         if rec is not None:
@@ -97,7 +97,8 @@ class _ConvTap:
         rec = getattr(_local, "rec", None)
         if rec is not None:
             rec.convs.append(x)
-        return self._conv()(x)
+        out: mx.array = self._conv()(x)
+        return out
 
 
 def _wrap_function(module: Any, name: str) -> None:
@@ -107,7 +108,7 @@ def _wrap_function(module: Any, name: str) -> None:
     orig = fn
     sig = inspect.signature(orig)
 
-    def recorded(*args, **kwargs):
+    def recorded(*args: Any, **kwargs: Any) -> Any:
         rec = getattr(_local, "rec", None)
         if rec is None:
             return orig(*args, **kwargs)
@@ -130,7 +131,7 @@ def _wrap_step(module: Any, name: str) -> None:
         return
     orig = fn
 
-    def kept(*args, **kwargs):
+    def kept(*args: Any, **kwargs: Any) -> Any:
         out = orig(*args, **kwargs)
         rec = getattr(_local, "rec", None)
         if rec is not None and rec.steps is not None:
@@ -195,7 +196,7 @@ def stop() -> None:
     _local.rec = None
 
 
-def _group_key(orig: Any, name: str, args: dict[str, Any]) -> tuple | None:
+def _group_key(orig: Any, name: str, args: dict[str, Any]) -> tuple[Any, ...] | None:
     """Calls with the same key can be stacked along their head axes (None: run alone)."""
     axes = HEAD_AXES[name]
     if args.get("state") is None or args.get("mask") is not None or args.get("lengths") is not None:
@@ -220,7 +221,7 @@ def _kept_states(calls: list[tuple[Any, dict[str, Any], str, list[mx.array]]], k
     """The state after the first ``keep`` steps for each call: the one the pass computed if
     it kept its steps, else re-run (stacked groups of layers, one op per step)."""
     out: list[mx.array | None] = [None] * len(calls)
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, (orig, args, name, steps) in enumerate(calls):
         if len(steps) == fed:
             out[i] = steps[keep - 1]
@@ -246,7 +247,9 @@ def _kept_states(calls: list[tuple[Any, dict[str, Any], str, list[mx.array]]], k
         splits = mx.split(state, [sum(sizes[: j + 1]) for j in range(len(sizes) - 1)], axis=1)
         for i, part in zip(members, splits, strict=True):
             out[i] = part
-    return out  # type: ignore[return-value]
+    done = [s for s in out if s is not None]
+    assert len(done) == len(out), "every call's state is kept or recomputed"
+    return done
 
 
 def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.array]:
@@ -258,11 +261,12 @@ def rebuild(states: list[Any], rec: Recording, fed: int, keep: int) -> list[mx.a
             f"{len(states)} recurrent caches")
     calls = [(orig, bound if isinstance(bound, dict) else dict(bound.arguments), name, steps)
              for orig, bound, name, steps in rec.calls]
+    kept: list[mx.array | None]
     if keep:
-        kept = _kept_states(calls, keep, fed)
+        kept = list(_kept_states(calls, keep, fed))
     else:
         kept = [args.get("state") for _, args, _, _ in calls]
-    out = []
+    out: list[mx.array] = []
     for c, conv_in, state in zip(states, rec.convs, kept, strict=True):
         k1 = conv_in.shape[1] - fed  # rows of conv state
         c[0] = mx.contiguous(conv_in[:, keep : keep + k1])

@@ -1,116 +1,114 @@
-"""One request's use of the prompt cache: what it takes out, and what it puts back.
+"""One request's lease on a kept conversation: what it takes out, and what it puts back.
 
-``Turn(...)`` finds the kept conversation sharing the longest prefix with the prompt and hands
-the round loop a cache that already holds it (``cache_n`` tokens the target does not read
-again) and, for a drafter with its own model cache, that cache rewound the same way.
-``Turn.run(loop)`` passes the loop's events through; when the prompt has been read it marks a
-turn boundary (snapshots for caches that cannot trim), adds the store's size to memory samples
-and relieves the store under memory pressure; when the loop ends it keeps only what is known
-to be in the caches (prompt + output) and puts the conversation back.
-
-Drafters that read the target's hidden states need one row per cached position, which a reused
-cache no longer has: requests with such a drafter start fresh (reuse is off for them).
+``ConversationLease(...)`` finds the kept conversation sharing the longest prefix with the
+prompt and gives the round loop a cache that already holds it (``cache_n`` tokens the target
+does not read again). The drafter continues from its own state where it keeps one (a draft
+model's cache: ``Drafter.resume``), or rebuilds it from the target rows the conversation kept
+for every held position (MTP heads, DFlash: ``Drafter.resume_rows``), so switching kind or
+two turns of a hidden-state drafter in a row read only the new tokens. Through the loop's
+hooks it marks turn boundaries (snapshots for caches that cannot trim), keeps the rows of
+every pass, adds its size to memory samples and relieves the store under memory pressure;
+when the reply ends it keeps only what is known to be in the caches and puts the
+conversation back.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
-from app.engine.events import Event, MemoryEvent, PrefillEvent, StatusEvent
-from app.engine.prompt_cache import CachedState, Conversation, PromptCache, Reuse, signature
+from app.engine.drafters.base import Drafter
+from app.engine.events import MemorySample
+from app.engine.lease import Lease, union
+from app.engine.models import LoadedModel
+from app.engine.prompt_cache import (
+    CachedState,
+    Conversation,
+    KeptRows,
+    PromptCache,
+    Reuse,
+    signature,
+)
+from app.engine.taps import Hidden, TapRequest
 
 
-def model_key(target: Any, fresh_cache: list[Any]) -> tuple:
+def model_key(target: LoadedModel, fresh_cache: list[Any]) -> tuple[Any, ...]:
     return (str(target.path), id(target.model), signature(fresh_cache))
 
 
-def draft_key(drafter: Any, width: int) -> str | None:
-    """Key of a drafter whose own cache can be kept (None: nothing to keep)."""
-    if drafter is None or getattr(drafter, "cache", "absent") == "absent":
-        return None
-    model = getattr(getattr(drafter, "draft", None), "path", "")
-    return f"{drafter.kind}:{model}:{width}"
+def _reads_rows(drafter: Drafter | None) -> TapRequest | None:
+    taps = drafter.taps if drafter is not None else None
+    return taps if taps is not None and not taps.empty else None
 
 
-def reusable(drafter: Any) -> bool:
-    taps = getattr(drafter, "taps", None)
-    return taps is None or bool(getattr(taps, "empty", False))
-
-
-class Turn:
-    def __init__(self, store: PromptCache | None, target: Any, prompt: list[int],
-                 fresh_cache: list[Any], drafter: Any = None, width: int = 0,
-                 conversation: str | None = None):
-        self.store = store if store is not None and reusable(drafter) else None
+class ConversationLease(Lease):
+    def __init__(self, store: PromptCache, target: LoadedModel, prompt: list[int],
+                 fresh_cache: list[Any], drafter: Drafter | None = None, width: int = 0,
+                 conversation: str | None = None, keep_taps: TapRequest | None = None):
+        """``keep_taps``: rows to keep for drafters that may read this conversation later."""
+        self.store = store
         self.prompt = list(prompt)
         self.key = model_key(target, fresh_cache)
-        self.draft_key = draft_key(drafter, width)
         self.drafter = drafter
         self.conversation = conversation
-        self.reuse = (self.store.take(self.key, self.prompt, self.draft_key, conversation)
-                      if self.store is not None else Reuse(None))
-        conv = self.reuse.conversation
+        needs = _reads_rows(drafter)
+        self.taps = union(needs, keep_taps)
+        self.draft_key = (drafter.state_key(width)
+                          if drafter is not None and drafter.keeps_state else None)
+        reuse = store.take(self.key, self.prompt, self.draft_key, conversation)
+        conv = reuse.conversation
+        kept = conv.rows if conv is not None else None
+        if conv is not None and needs is not None and (kept is None or not kept.covers(needs)):
+            conv, reuse, kept = None, Reuse(None), None  # nothing to rebuild it from: read all
+        self.cache_n = reuse.cache_n
         self.state = conv.target if conv is not None else CachedState([], fresh_cache)
+        super().__init__(self.state.cache)  # (rewinds change its entries, never the list)
+        if needs is not None and drafter is not None and kept is not None:
+            drafter.resume_rows(kept.hidden(self.cache_n))  # (``take`` rewound them with it)
+        if drafter is not None and reuse.draft is not None:
+            drafter.resume(reuse.draft)
+        # the rows go on with the conversation while they cover what is kept from now on
+        self.kept_rows: KeptRows | None = None
+        if self.taps is not None:
+            if conv is None:
+                self.kept_rows = KeptRows(self.taps)
+            elif kept is not None and kept.covers(self.taps):
+                self.kept_rows = kept
         self.draft_state: CachedState | None = None
-        if drafter is not None and self.reuse.draft is not None:
-            drafter.resume = self.reuse.draft  # begin() continues from it (see FullModelDrafter)
+        if self.state.needs_snapshots:  # a regenerated reply can reuse the whole prompt
+            self.boundary = len(self.prompt) - 1
 
-    @property
-    def cache(self) -> list[Any]:
-        return self.state.cache
-
-    @property
-    def cache_n(self) -> int:
-        return self.reuse.cache_n
-
-    def prepare(self, loop: Any) -> Any:
-        """Set up ``loop`` so a regenerated reply can reuse the whole prompt: caches that only
-        rewind to snapshots get one just before the prompt's last token."""
-        if self.store is not None and self.state.needs_snapshots:
-            loop.boundary = len(self.prompt) - 1
-        return loop
-
-    def _prompt_read(self, loop: Any) -> None:
-        self.state.tokens = self.prompt[: getattr(loop, "prefilled", len(self.prompt))]
+    # -- hooks ---------------------------------------------------------------------------
+    def prompt_read(self, n: int) -> None:
+        self.state.tokens = self.prompt[:n]
         self.state.snapshot()
-        cache = getattr(self.drafter, "cache", None) if self.draft_key else None
-        if cache is not None:
-            n = len(self.prompt) - 1  # a full-model drafter holds the prompt but its last token
-            self.draft_state = CachedState(self.prompt[:n], cache)
-            self.draft_state.snapshot()
+        if n == len(self.prompt) and self.draft_key is not None and self.drafter is not None:
+            self.draft_state = self.drafter.kept_state()
+            if self.draft_state is not None:
+                self.draft_state.snapshot()
 
-    def run(self, loop: Any) -> Iterator[Event]:
-        failed = False
-        try:
-            for ev in loop.run():
-                if isinstance(ev, StatusEvent) and ev.stage == "decoding":
-                    self._prompt_read(loop)
-                elif isinstance(ev, PrefillEvent) and loop.prefilled == loop.boundary:
-                    self.state.tokens = self.prompt[: loop.prefilled]
-                    self.state.snapshot()
-                elif isinstance(ev, MemoryEvent) and self.store is not None:
-                    s = ev.sample
-                    self.store.relieve(s.system_used_fraction, s.pressure)
-                    ev = MemoryEvent(dataclasses.replace(
-                        s, prompt_cache_bytes=self.store.nbytes + self.state.nbytes()))
-                yield ev
-        except Exception:
-            failed = True  # the caches may hold half a pass: keep nothing
-            raise
-        finally:
-            if not failed:
-                self._keep(loop)
+    def rows(self, hidden: Hidden | None) -> None:
+        if self.kept_rows is not None and not self.kept_rows.append(hidden):
+            self.kept_rows = None
 
-    def _keep(self, loop: Any) -> None:
-        if self.store is None or not self.state.tokens:
-            return  # reuse off, or the prompt was never read
-        committed = list(getattr(loop, "committed", self.prompt))
+    def memory(self, sample: MemorySample) -> MemorySample:
+        self.store.relieve(sample.system_used_fraction, sample.pressure)
+        rows = self.kept_rows.nbytes() if self.kept_rows is not None else 0
+        return dataclasses.replace(
+            sample, prompt_cache_bytes=self.store.nbytes + self.state.nbytes() + rows)
+
+    def done(self, committed: list[int], *, failed: bool) -> None:
+        if failed or not self.state.tokens:
+            return  # the caches may hold half a pass, or the prompt was never read
         if self.state.settle(committed) == 0:
             return
         self.state.snapshot()
-        conv = Conversation(self.key, self.state, key=self.conversation)
+        rows = self.kept_rows
+        if rows is not None and rows.rewind(self.state.n):
+            rows.compact()
+        else:
+            rows = None
+        conv = Conversation(self.key, self.state, key=self.conversation, rows=rows)
         if self.draft_state is not None and self.draft_key is not None:
             if self.draft_state.settle(self.draft_state.tokens) > 0:
                 conv.drafters[self.draft_key] = self.draft_state

@@ -21,6 +21,7 @@ a plain reason naming it (``problem``); the pairing check asks ``config_problem`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +38,8 @@ from mlx_lm.models.cache import (
 
 from app.checkpoints.rewind_rules import config_problem, reason  # noqa: F401 - one verdict
 from app.engine import recurrent
+from app.engine.mlx_types import flat_arrays
+from app.engine.proposal import Proposal
 from app.errors import DraftPairError
 
 TRIMMED = (KVCache, QuantizedKVCache, ConcatenateKVCache, ChunkedKVCache)
@@ -53,10 +56,7 @@ def leaves(cache: list[Any]) -> list[Any]:
 
 def cache_arrays(cache: list[Any]) -> list[mx.array]:
     """Every array a cache holds (to evaluate it), whatever its kind."""
-    from mlx.utils import tree_flatten
-
-    return [a for _, a in tree_flatten([c.state for c in leaves(cache)])
-            if isinstance(a, mx.array)]
+    return [a for _, a in flat_arrays([c.state for c in leaves(cache)])]
 
 
 def problem(cache: list[Any]) -> str | None:
@@ -148,7 +148,7 @@ def rewind_cache(cache: list[Any], length: int) -> None:
         elif isinstance(c, TRIMMED):
             n = int(c.offset) - length
             if n > 0:
-                c.trim(n)
+                c.trim(n)  # type: ignore[no-untyped-call]  # mlx-lm's caches are not annotated
         else:
             raise DraftPairError(
                 f"A drafter cache of type {type(c).__name__} cannot be rewound.")
@@ -175,7 +175,7 @@ class Rollback:
         self._snap: list[list[Any]] | None = None
 
     @contextmanager
-    def verifying(self, cache: list[Any]):
+    def verifying(self, cache: list[Any]) -> Iterator[None]:
         """Wrap the verify pass: records (capture) or snapshots (replay) what a rewind needs."""
         if self.method in (CAPTURE, REPLAY):  # (capture keeps the snapshot as a fallback)
             self._snap = [list(c.cache) for c in leaves(cache) if isinstance(c, ArraysCache)]
@@ -187,6 +187,14 @@ class Rollback:
                 recurrent.stop()
         else:
             yield
+
+    def keep(self, cache: list[Any], fed: mx.array, n_pending: int, proposal: Proposal,
+             path: tuple[int, ...]) -> None:
+        """A verify pass fed the ``n_pending`` pending tokens then ``proposal``'s nodes; keep
+        the pending tokens and the nodes on the accepted ``path``."""
+        if path != tuple(range(len(path))) or not proposal.is_chain:
+            raise NotImplementedError("keeping a tree's path needs a gather of its rows")
+        self.rewind(cache, fed, keep=n_pending + len(path))
 
     def rewind(self, cache: list[Any], tokens: mx.array, keep: int) -> None:
         """The verify pass fed ``tokens``; keep the cache for the first ``keep`` of them."""
@@ -221,7 +229,7 @@ class Rollback:
 
 def for_target(loaded: Any) -> Rollback:
     """The strategy of a loaded target (chosen once, kept with it)."""
-    rb = loaded.extra.get("rollback")
+    rb: Rollback | None = loaded.extra.get("rollback")
     if rb is None:
         from mlx_lm.models.cache import make_prompt_cache
 

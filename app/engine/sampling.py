@@ -42,7 +42,8 @@ def process_rows(
     if not processors:
         return raw
     rows = []
-    extra = row_tokens if isinstance(row_tokens, mx.array) else mx.array(row_tokens, mx.uint32)
+    extra = (row_tokens if isinstance(row_tokens, mx.array)
+             else mx.array(list(row_tokens), mx.uint32))
     for i in range(raw.shape[0]):
         parts = [p for p in (history, extra[:i]) if p is not None and p.size > 0]
         hist = mx.concatenate(parts) if parts else mx.array([], mx.uint32)

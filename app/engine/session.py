@@ -19,18 +19,35 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
+from app import kinds
+from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app.engine import registry, rollback
+from app.engine import proposals, rollback
+from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
+from app.engine.calibration_measure import (
+    BUDGET_S,
+    CALIBRATE_BUDGET_S,
+    CALIBRATE_REPEATS,
+    IDLE_LOAD,
+    MAX_PASS,
+    REPEATS,
+    current_load,
+    measure_drafter,
+    measure_target,
+    needs_measuring,
+)
 from app.engine.decode import RoundLoop
+from app.engine.drafter_context import DrafterContext
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
+    RULE_NONE,
     DoneEvent,
     Event,
     GenerationRequest,
@@ -38,81 +55,150 @@ from app.engine.events import (
     StatusEvent,
     Timings,
 )
+from app.engine.lease import Lease
+from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
-from app.engine.registry import DrafterContext
-from app.engine.reuse import Turn
-from app.engine.validation import validate
+from app.engine.reuse import ConversationLease
+from app.engine.taps import TapRequest
+from app.engine.validation import token_problem, validate
+from app.engine.verify import choose_rule
+from app.engine.width import DEFAULT_VERIFY_SLOPE, PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
 class Session:
-    def __init__(self, *, precision: str = "auto"):
+    def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy,
+                 calibrations: CalibrationStore | None = None):
+        """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
+        test passes ``FixedWidth`` to draft at every step). ``calibrations``: where this
+        machine's speed tables are kept (default: the user data folder)."""
         self.precision = precision
+        self.width_policy = width_policy
+        self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
         self.target: LoadedModel | None = None
-        self.draft: LoadedModel | None = None
-        self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
-        self._warm: set[tuple[str, int]] = set()
-        self._costs: dict[tuple[str, int], dict[str, float]] = {}
+        # what each kind loaded for this target (a draft model, a head, a drafter network),
+        # by kind name: only the Session writes it, through the kind's plugin
+        self.assets: dict[str, Any] = {}
+        self.draft_kind: str | None = None  # the kind whose draft folder is loaded
+        self.calibrations = calibrations if calibrations is not None else (
+            CalibrationStore.default())
+        self.calibration: Calibration | None = None  # the loaded target's, once read/measured
+        self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
-        self.dropped_turns = 0  # turns the last request left out to fit the context
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         rollback.for_target(self.target)  # the rewind strategy is chosen at load
+        cal = self.calibrations.load(self.target.path,
+                                     target_key(self.target.path, self.target.precision))
+        if cal is not None and cal.busy and current_load() < IDLE_LOAD:
+            cal = None  # measured while other programs ran: measured again now it is idle
+        self.calibration = cal
         return self.target
 
+    @property
+    def draft(self) -> LoadedModel | None:
+        """The loaded draft folder when it is a model of its own (name, path, weights)."""
+        held = self.assets.get(self.draft_kind) if self.draft_kind else None
+        return held if isinstance(held, LoadedModel) else None
+
     def load_draft(self, name_or_path: str | Path) -> Any:
-        """A draft folder: a DFlash drafter (kept in ``assets["dflash"]``) or a small LM
-        for the full-model kind. Returns what was loaded."""
+        """A draft folder, for the kind that recognises it (a DFlash drafter, a small LM...).
+        Returns what was loaded."""
         if self.target is None:
             raise ModelLoadError("Load a target model before its draft.")
-        if _is_dflash_folder(name_or_path):
-            mod = registry.module("dflash")
-            if mod is None:
-                raise ModelLoadError(registry.not_supported("dflash") + ".")
-            self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
-            self._forget_warm("dflash")
-            return self.assets["dflash"]
-        draft = load_model(resolve_model(name_or_path), precision=self.precision)
-        problem = token_id_problem(self.target.path, draft.path)
-        if problem:
-            raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
-        self.draft = draft
-        self._forget_warm("full-model")
+        folder = resolve_model(name_or_path)
+        plugin = kinds.for_folder(_read_config(folder))
+        if plugin is None:
+            raise ModelLoadError(f"No draft kind of this DraftPair reads {folder.name}.")
+        try:
+            held = plugin.load_folder(folder, self.target, precision=self.precision)
+        except ModuleNotFoundError as exc:
+            raise ModelLoadError(_not_supported(plugin) + ".") from exc
+        self.assets[plugin.name] = held
+        self.draft_kind = plugin.name
+        self._tap_union = None
         self.prompt_cache.clear()
-        return draft
+        return held
+
+    def load_for(self, kind: str, name_or_path: str | Path) -> Any:
+        """Load a folder for one kind explicitly (e.g. a head folder instead of the one in the
+        target's files) and hold it; the draft folder (``load_draft``) is left as it is."""
+        if self.target is None:
+            raise ModelLoadError("Load a target model before its draft.")
+        plugin = kinds.get(kind)
+        held = plugin.load_folder(resolve_model(name_or_path), self.target,
+                                  precision=self.precision)
+        self.assets[plugin.name] = held
+        self._tap_union = None
+        self.prompt_cache.clear()
+        return held
 
     def unload_draft(self) -> None:
+        """Drop every draft folder's weights (a head in the target's own files stays)."""
         self.prompt_cache.clear()
-        self.draft = None
-        self.assets.pop("dflash", None)
-        self._forget_warm("full-model")
-        self._forget_warm("dflash")
-
-    def _forget_warm(self, kind: str) -> None:
-        self._warm = {w for w in self._warm if w[0] != kind}
+        self._tap_union = None
+        for plugin in kinds.plugins():
+            if plugin.needs_draft_folder:
+                self.assets.pop(plugin.name, None)
+        self.draft_kind = None
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self._tap_union = None
         self.target = None
-        self.draft = None
+        self.draft_kind = None
         self.assets.clear()
-        self._warm.clear()
+        self.calibration = None
         mx.clear_cache()
 
-    def context(self, request: GenerationRequest | None = None) -> DrafterContext | None:
+    def context(self, request: GenerationRequest | None = None,
+                kind: str | None = None) -> DrafterContext | None:
+        """What ``kind``'s plugin reads (the target, the request, that kind's assets)."""
         if self.target is None:
             return None
-        return DrafterContext(target=self.target, draft=self.draft,
-                              request=request or GenerationRequest(), assets=self.assets)
+        request = request or GenerationRequest()
+        return DrafterContext(target=self.target, request=request,
+                              asset=self.assets.get(kind or request.draft_kind))
+
+    def unavailable(self, kind: str, request: GenerationRequest | None = None) -> str | None:
+        """Why ``kind`` cannot run with what is loaded (None if it can); loads nothing."""
+        plugin = kinds.get(kind)
+        ctx = self.context(request, kind)
+        if ctx is None:
+            return "no target model is loaded"
+        if not plugin.proposes:
+            return None
+        try:
+            return plugin.unavailable(ctx)
+        except ModuleNotFoundError:
+            return _not_supported(plugin)
 
     def available_kinds(self) -> dict[str, str | None]:
         """Each draft kind -> None if it can run with what is loaded, else the reason."""
-        ctx = self.context()
-        return {k: registry.unavailable(k, ctx) for k in registry.KINDS}
+        return {k: self.unavailable(k) for k in kinds.names()}
+
+    def make_drafter(self, request: GenerationRequest) -> Drafter | None:
+        """A fresh drafter for the request's kind (None when it proposes nothing), loading
+        and holding the kind's assets first when it has none yet."""
+        plugin = kinds.get(request.draft_kind)
+        if not plugin.proposes or self.target is None:
+            return None
+        if self.assets.get(plugin.name) is None:
+            ctx = self.context(request, plugin.name)
+            assert ctx is not None
+            held = plugin.load_assets(ctx)
+            if held is not None:
+                self.assets[plugin.name] = held
+                self._tap_union = None
+        ctx = self.context(request, plugin.name)
+        assert ctx is not None
+        drafter = plugin.make(ctx)
+        drafter.kind = plugin.name  # one source for the name timings and kept states carry
+        return drafter
 
     # -- prompts ----------------------------------------------------------------------
     def context_length(self) -> int | None:
@@ -120,20 +206,34 @@ class Session:
         return limits.context_length(self.target.config,
                                       getattr(self.target.tokenizer, "model_max_length", None))
 
-    def encode(self, request: GenerationRequest) -> list[int]:
-        """The prompt's token ids; refuses (or, for chats, trims by the request's policy) a
-        prompt that does not fit the model's context, before any model work."""
+    def admit(self, request: GenerationRequest) -> limits.Admission:
+        """The one admission path (generate, the server, the bench): the prompt's token ids
+        and the context limit they were checked against. Refuses, with a plain sentence, an
+        empty prompt or one that does not fit the model's context (for chats, trims first by
+        the request's policy), before any model work."""
         assert self.target is not None
-        self.dropped_turns = 0
         limit = self.context_length()
+        dropped = 0
         if request.messages is not None and request.prompt_tokens is None:
-            tokens, self.dropped_turns = limits.fit_messages(
+            tokens, dropped = limits.fit_messages(
                 request.messages, lambda m: self._encode(request, m), limit,
                 policy=request.context_policy)
-            return tokens
-        tokens = self._encode(request, None)
-        limits.check(len(tokens), limit)
-        return tokens
+        else:
+            tokens = self._encode(request, None)
+            limits.check(len(tokens), limit)
+        if not tokens:
+            raise DraftPairError("The prompt is empty.")
+        problem = token_problem(tokens, self.target.embedding_rows)
+        if problem:  # MLX would read past the embedding table (garbage or a crash)
+            if request.prompt_tokens is None:  # the model's own tokenizer gave these ids
+                problem = (f"{self.target.name}'s tokenizer gives ids its embedding table "
+                           f"does not have ({problem})")
+            raise DraftPairError(f"This request cannot run: {problem}.")
+        return limits.Admission(tuple(tokens), limit, dropped)
+
+    def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids, admitted by ``admit``."""
+        return list(self.admit(request).tokens)
 
     def _encode(self, request: GenerationRequest, msgs: list[dict[str, str]] | None) -> list[int]:
         assert self.target is not None
@@ -149,7 +249,7 @@ class Session:
             if request.system_prompt and not any(m.get("role") == "system" for m in messages):
                 messages.insert(0, {"role": "system", "content": request.system_prompt})
             if getattr(tok, "chat_template", None):
-                return list(tok.apply_chat_template(messages, add_generation_prompt=True))
+                return chat_tokens(tok, messages, model=self.target.name, folder=self.target.path)
             text = "\n".join(m["content"] for m in messages)
             return list(tok.encode(text))
         if request.prompt is None:
@@ -160,6 +260,8 @@ class Session:
     def generate(
         self, request: GenerationRequest, *, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
+        if request.submitted_at is None:  # time to first token counts from here at the latest
+            request = dataclasses.replace(request, submitted_at=time.perf_counter())
         try:
             yield from self._generate(request, cancel)
         except Exception as exc:  # errors cross to the caller as data
@@ -176,117 +278,195 @@ class Session:
     ) -> Iterator[Event]:
         if self.target is None:
             raise DraftPairError("No target model is loaded.")
-        validate(req)  # every problem of the request, named, before any work
-        prompt = self.encode(req)
-        if not prompt:
-            raise DraftPairError("The prompt is empty.")
-        limit = self.context_length()
-        if limit is not None and len(prompt) + req.max_tokens > limit:
-            req = dataclasses.replace(req, max_tokens=limit - len(prompt))
+        # every problem of the request, named, before any work
+        validate(req, vocab_rows=self.target.embedding_rows)
+        admission = self.admit(req)
+        prompt = list(admission.tokens)
+        limit = admission.limit
+        room = admission.reply_room
+        if room is not None and req.max_tokens > room:
+            req = dataclasses.replace(req, max_tokens=room)
             yield NoticeEvent("context-full", f"The reply can be at most {req.max_tokens} tokens: "
                               "the model's context is full after that.")
-        if self.dropped_turns:
-            yield NoticeEvent("context-trimmed", f"The {self.dropped_turns} oldest messages were "
-                              "left out so the conversation fits the model's context.")
+        if admission.dropped_turns:
+            yield NoticeEvent("context-trimmed", f"The {admission.dropped_turns} oldest messages "
+                              "were left out so the conversation fits the model's context.")
         kind = req.draft_kind
+        plugin = kinds.get(kind)
         fallback: str | None = None
-        ctx = self.context(req)
-        reason = registry.unavailable(kind, ctx) if kind != "none" else None
-        width = req.draft_width or registry.spec(kind).default_width
-        if reason is None and kind != "none":
+        reason = self.unavailable(kind, req) if plugin.proposes else None
+        width = req.draft_width or plugin.default_width
+        if reason is None and plugin.proposes:
             problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
+        draft_lm = self.assets.get(kind) if plugin.draft_is_lm else None
+        if (reason is None and isinstance(draft_lm, LoadedModel)
+                and max(prompt) >= draft_lm.embedding_rows):
+            reason = "the prompt holds token ids the draft model does not have"
         if reason is not None:
             if not req.allow_fallback:
                 raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")
             fallback = f"{kind} unavailable: {reason}"
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
-            kind = "none"
-        drafter = registry.make(kind, ctx) if kind != "none" else None
+            kind, plugin = kinds.OFF, kinds.get(kinds.OFF)
+        drafter = self.make_drafter(req) if plugin.proposes else None
         width = width if drafter is not None else 0
-        if drafter is not None and (kind, width) not in self._warm:
-            yield StatusEvent("warmup", f"preparing verify widths 1..{width + 1}")
-            self._costs[(kind, width)] = self._warmup(drafter, width)
-            self._warm.add((kind, width))
         verify_slope = None
-        if drafter is not None and (kind, width) in self._costs:
-            costs = self._costs[(kind, width)]
+        warmup_ms = 0.0
+        if drafter is not None:
+            costs = yield from self._warmup(kind, drafter, width, context=len(prompt),
+                                            cancel=cancel)
+            warmup_ms = self.last_warmup_s * 1e3
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
-        rule = registry.rule_for(kind, req.sampling)
-        turn = Turn(self.prompt_cache if req.reuse_cache else None, self.target, prompt,
-                    make_cache(self.target), drafter, width, req.conversation)
-        loop = RoundLoop(
-            target=self.target,
-            drafter=drafter,
-            prompt=prompt,
-            request=req,
-            rule=rule,
-            width=width,
-            cancel=cancel,
-            fallback=fallback,
-            verify_slope=verify_slope,
-            cache=turn.cache,
-            reused=turn.cache_n,
-            context=limit,
-        )
-        yield from turn.run(turn.prepare(loop))
+        rule = (choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
+                if plugin.proposes else RULE_NONE)
+        source = proposals.for_drafter(drafter, rule=rule, width=width,
+                                       lookup=req.lookup_assist, policy=self.width_policy,
+                                       verify_slope=verify_slope)
+        fresh = make_cache(self.target)
+        lease = (ConversationLease(self.prompt_cache, self.target, prompt, fresh, drafter, width,
+                                   req.conversation, keep_taps=self._keep_taps(req))
+                 if req.reuse_cache else Lease(fresh))
+        loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
+                         cancel=cancel, lease=lease, fallback=fallback, context=limit)
+        for ev in loop.run():
+            if isinstance(ev, DoneEvent) and warmup_ms:
+                ev = dataclasses.replace(
+                    ev, timings=dataclasses.replace(ev.timings, warmup_ms=round(warmup_ms, 1)))
+            yield ev
 
-    def _warmup(self, drafter: Drafter, width: int) -> dict[str, float]:
-        """Run the target once at every verify width so first-use costs are not timed, and
-        measure what a wider verify and a draft step cost relative to one target step."""
+    def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
+        """The target rows a kept conversation keeps: those of every drafter that reads the
+        target's hidden states and can run with what is loaded, so a later turn of that kind
+        rebuilds its drafter from them instead of reading the conversation again."""
+        if self._tap_union is None:
+            union_taps: TapRequest | None = None
+            for plugin in kinds.plugins():
+                if not plugin.needs_taps or self.unavailable(plugin.name, req):
+                    continue
+                try:
+                    drafter = self.make_drafter(dataclasses.replace(req, draft_kind=plugin.name))
+                except DraftPairError:
+                    continue
+                union_taps = lease_union(union_taps, drafter.taps if drafter else None)
+            self._tap_union = union_taps or TapRequest()
+        return None if self._tap_union.empty else self._tap_union
+
+    def _warmup(
+        self, kind: str, drafter: Drafter, width: int, *, context: int,
+        cancel: threading.Event | None = None,
+    ) -> Generator[StatusEvent, None, dict[str, float]]:
+        """The width policy's costs at ``context`` (``verify_slope``, ``draft_cost`` in plain
+        steps) from this machine's calibration. What no kept table holds yet (the target's
+        passes, this drafter's step) is measured now, with progress in plain words, and kept
+        for every later process; with a kept table nothing is run."""
         assert self.target is not None
         started = time.perf_counter()
-        rb = rollback.for_target(self.target)
-        cache = make_cache(self.target)
-        mx.eval(self.target.model(mx.zeros((1, 8), mx.uint32), cache=cache))
-        step_ms: dict[int, float] = {}
-        for n in [*range(1, width + 2), 1, width + 1]:
-            tokens = mx.zeros((n,), mx.uint32)
-            t0 = time.perf_counter()
-            with rb.verifying(cache):
-                out = self.target.model(tokens[None], cache=cache)
-            mx.eval(out)
-            ms = (time.perf_counter() - t0) * 1e3
-            step_ms[n] = min(step_ms.get(n, ms), ms)
-            rb.rewind(cache, tokens, keep=0)
-        drafter.warmup(list(range(1, width + 1)))
-        self.last_warmup_s = time.perf_counter() - started
-        one = max(step_ms[1], 1e-3)
-        slope = (step_ms[width + 1] / one - 1.0) / width if width else 0.0
-        draft_ms = getattr(drafter, "draft_step_ms", None) or 0.0
-        return {"verify_slope": slope, "draft_cost": draft_ms / one}
+        self.last_warmup_s = 0.0
+        measured = False
+        cal = self.calibration
+        if cal is None:
+            cal = yield from self._measure_target(cancel)
+            if cal is None:  # stopped: the round loop ends the request at once
+                return {"verify_slope": DEFAULT_VERIFY_SLOPE, "draft_cost": drafter.step_cost}
+            self.calibrations.save(cal)
+            measured = True
+        dkey = self.drafter_key(kind)
+        if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
+            label = kinds.get(kind).label
+            yield StatusEvent("warmup", f"Measuring the drafter's speed on this computer, only "
+                              f"the first time: {label}", None)
+            ms = measure_drafter(drafter, list(range(1, max(width, 1) + 1)))
+            if ms is not None:
+                cal = cal.with_drafter(dkey, ms, label)
+                self.calibrations.save(cal)
+            measured = True
+        self.calibration = cal
+        if measured:
+            self.last_warmup_s = time.perf_counter() - started
+        drafter.set_verify_costs(cal.verify_costs(max(MAX_PASS, width + 1), context))
+        draft_cost = cal.draft_cost(dkey, context)
+        return {"verify_slope": cal.verify_slope(width, context),
+                "draft_cost": drafter.step_cost if draft_cost is None else draft_cost}
+
+    def recalibrate(
+        self, kind_names: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
+        cancel: threading.Event | None = None,
+    ) -> Generator[StatusEvent, None, Calibration | None]:
+        """Measure this machine again for the loaded target and the drafters of ``kind_names``
+        (those that run a model), keep the table and return it (None when stopped)."""
+        assert self.target is not None
+        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS,
+                                              repeats=CALIBRATE_REPEATS)
+        if cal is None:
+            return None
+        for kind in kind_names:
+            if cancel is not None and cancel.is_set():
+                return None  # nothing kept: the table kept before stays as it was
+            plugin = kinds.get(kind)
+            drafter = self.make_drafter(GenerationRequest(draft_kind=kind))
+            if drafter is None or not needs_measuring(drafter):
+                continue
+            label = plugin.label
+            yield StatusEvent("warmup", f"Measuring the drafter's speed: {label}", None)
+            ms = measure_drafter(drafter, list(range(1, plugin.default_width + 1)))
+            if ms is not None:
+                cal = cal.with_drafter(drafter_key(kind, self._drafter_folder(kind)), ms, label)
+        self.calibrations.save(cal)
+        self.calibration = cal
+        return cal
+
+    def drafter_key(self, kind: str) -> str:
+        """The calibration's name for the drafter of ``kind`` that is loaded now."""
+        return drafter_key(kind, self._drafter_folder(kind))
+
+    def _measure_target(
+        self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
+        words: str | None = None, repeats: int = REPEATS,
+    ) -> Generator[StatusEvent, None, Calibration | None]:
+        """The target's table, measured now (None when stopped)."""
+        assert self.target is not None
+        sweep = measure_target(self.target, context_limit=self.context_length(),
+                               budget_s=budget_s, repeats=repeats)
+        words = words or WARMUP_WORDS
+        yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
+        while True:
+            if cancel is not None and cancel.is_set():
+                sweep.close()
+                return None
+            try:
+                step = next(sweep)
+            except StopIteration as end:
+                cal: Calibration = end.value
+                break
+            yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
+                              step.fraction)
+        return cal
+
+    def _drafter_folder(self, kind: str) -> Path | None:
+        """The files a kind's drafter runs (None: the target's own, or none)."""
+        path = getattr(self.assets.get(kind), "path", None)
+        return Path(path) if path is not None else None
 
 
-def _is_dflash_folder(name_or_path: str | Path) -> bool:
+WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first time "
+                "({done} of {total})")
+MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    """A folder's config.json, or {} when it has none or it is unreadable (the loader then
+    says so plainly)."""
     import json
 
     try:
-        cfg = resolve_model(name_or_path) / "config.json"
-    except Exception:  # not found: load_model says so plainly
-        return False
-    if not cfg.is_file():
-        return False
-    try:
-        config = json.loads(cfg.read_text())
+        config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        return False
-    from app.checkpoints.inspect import dflash_config
-
-    return isinstance(config, dict) and dflash_config(config) is not None
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
-def token_id_problem(target: Path, draft: Path) -> str | None:
-    """Why the draft's token ids would mean something else to the target (None if they agree).
-
-    The pairing check is the one definition of tokenizer compatibility; only its tokenizer and
-    vocabulary blockers stop a load (memory or cache findings are reported elsewhere).
-    """
-    from app.checkpoints.pairing import BLOCKER, check
-
-    report = check(target, draft, kind="full-model")
-    for f in report.findings:
-        if f.severity == BLOCKER and f.code.split(".")[0] in ("tokenizer", "vocab"):
-            return f"{f.message} ({f.detail})" if f.detail else f.message
-    return None
+def _not_supported(plugin: kinds.KindPlugin) -> str:
+    return f"drafting with {plugin.label} is not supported by this version of DraftPair yet"

@@ -10,6 +10,7 @@ LM head reads the final state (``head``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,19 @@ class Hidden:
         return Hidden(cut(self.final_prenorm), cut(self.final_postnorm),
                       {i: a[start:stop] for i, a in self.layers.items()})
 
+    def kept(self, n_pending: int, path: tuple[int, ...]) -> Hidden:
+        """Rows a verify pass keeps: its ``n_pending`` pending tokens' rows, then those of the
+        proposal nodes on the accepted ``path`` (a chain's path is a prefix: a slice)."""
+        if path == tuple(range(len(path))):
+            return self.rows(0, n_pending + len(path))
+        idx = mx.array([*range(n_pending), *(n_pending + i for i in path)], dtype=mx.uint32)
+
+        def take(a: mx.array | None) -> mx.array | None:
+            return None if a is None else mx.take(a, idx, axis=0)
+
+        return Hidden(take(self.final_prenorm), take(self.final_postnorm),
+                      {i: mx.take(a, idx, axis=0) for i, a in self.layers.items()})
+
     @property
     def n(self) -> int:
         for a in (self.final_prenorm, self.final_postnorm, *self.layers.values()):
@@ -65,9 +79,13 @@ class Hidden:
         if len(parts) == 1:
             return parts[0]
 
-        def cat(get) -> mx.array | None:
+        def cat(get: Callable[[Hidden], mx.array | None]) -> mx.array | None:
             arrs = [get(p) for p in parts]
-            return None if arrs[0] is None else mx.concatenate(arrs, axis=0)
+            present = [a for a in arrs if a is not None]
+            if not present:
+                return None
+            assert len(present) == len(arrs), "every part carries the same taps"
+            return mx.concatenate(present, axis=0)
 
         return Hidden(cat(lambda p: p.final_prenorm), cat(lambda p: p.final_postnorm),
                       {i: mx.concatenate([p.layers[i] for p in parts], axis=0)
@@ -102,7 +120,7 @@ def _get(obj: Any, path: str) -> Any:
     return obj
 
 
-def stack(model: Any) -> tuple[Any, list, str]:
+def stack(model: Any) -> tuple[Any, list[Any], str]:
     """(module holding the decoder layers, its layer list, the final norm's attribute)."""
     model_type = str(getattr(model, "model_type", "") or "")
     candidates = [FAMILY_PATHS[model_type]] if model_type in FAMILY_PATHS else []
@@ -132,14 +150,14 @@ class _Keep:
     def __getattr__(self, name: str) -> Any:  # the stack reads layer attributes (is_linear...)
         return getattr(self.__dict__["inner"], name)
 
-    def __call__(self, x, *args, **kwargs):
+    def __call__(self, x: mx.array, *args: Any, **kwargs: Any) -> Any:
         self.seen = x
         out = self.inner(x, *args, **kwargs)
         self.out = out[0] if isinstance(out, tuple) else out
         return out
 
 
-def forward(model: Any, tokens: mx.array, cache: list | None,
+def forward(model: Any, tokens: mx.array, cache: list[Any] | None,
             taps: TapRequest | None) -> tuple[mx.array, Hidden | None]:
     """Raw logits ``(n, V)`` for ``tokens`` (1-D), appended to ``cache``, plus the requested
     hidden rows, computed in the same pass."""
@@ -165,12 +183,19 @@ def forward(model: Any, tokens: mx.array, cache: list | None,
             layers[i] = k.inner
         if norm_keep is not None:
             object.__delattr__(inner, norm_attr)
+    def first(a: mx.array | None) -> mx.array:
+        assert a is not None, "the wrapped module ran in the pass"
+        return a[0]
+
     hidden = Hidden(
-        final_prenorm=norm_keep.seen[0] if norm_keep is not None and taps.final_prenorm else None,
-        final_postnorm=norm_keep.out[0] if norm_keep is not None and taps.final_postnorm else None,
-        layers={i: keeps[i].out[0] for i in wanted},
+        final_prenorm=first(norm_keep.seen) if norm_keep is not None and taps.final_prenorm
+        else None,
+        final_postnorm=first(norm_keep.out) if norm_keep is not None and taps.final_postnorm
+        else None,
+        layers={i: first(keeps[i].out) for i in wanted},
     )
-    return logits, hidden
+    out: mx.array = logits
+    return out, hidden
 
 
 def head(model: Any, h: mx.array) -> mx.array:
@@ -186,11 +211,14 @@ def head(model: Any, h: mx.array) -> mx.array:
     tied = bool(getattr(args, "tie_word_embeddings", False)) or getattr(
         owner, "tie_word_embeddings", False)
     lm_head = getattr(owner, "lm_head", None)
+    out: mx.array
     if lm_head is not None and not tied:
         out = lm_head(h)
     else:
         inner, _, _ = stack(model)
         embed = getattr(inner, "embed_tokens", None) or getattr(inner, "embeddings", None)
+        if embed is None:
+            raise DraftPairError("DraftPair cannot find this target's token embeddings.")
         out = embed.as_linear(h)
     cap = getattr(args, "final_logit_softcapping", None)
     if cap:

@@ -1,8 +1,10 @@
 """Check a GenerationRequest before any work: every bad value named in one plain sentence.
 
 Public API:
-    problems(request) -> list[str]     one plain sentence per bad value (empty: fine)
-    validate(request) -> None          raises DraftPairError listing every problem
+    problems(request, *, vocab_rows=None) -> list[str]   one plain phrase per bad value
+    validate(request, *, vocab_rows=None) -> None          raises DraftPairError listing them
+    token_problem(tokens, rows) -> str | None   why token ids cannot be read by a model whose
+                                                embedding table has ``rows`` rows
     text_problem(data: bytes, name) -> str | None   why bytes are not a usable text prompt
 
 Pure Python (no MLX): the CLI, the GUI and a server can all call it before loading anything.
@@ -55,7 +57,21 @@ def _sampling_problems(s) -> list[str]:
     return out
 
 
-def _prompt_problems(req) -> list[str]:
+def token_problem(tokens, rows: int | None) -> str | None:
+    """Why ``tokens`` are not ids a model with ``rows`` embedding rows can read, or None.
+    An id past the table is refused here: the model would read memory past its end."""
+    bad = next((t for t in tokens if not _whole(t) or t < 0), None)
+    if bad is not None:
+        return f"prompt tokens must be whole numbers of 0 or more (got {bad!r})"
+    if rows is not None and tokens:
+        top = max(tokens)
+        if top >= rows:
+            return (f"the prompt holds the token id {top:,}, but the model knows only ids "
+                    f"0 to {rows - 1:,}")
+    return None
+
+
+def _prompt_problems(req, vocab_rows: int | None = None) -> list[str]:
     given = [x is not None for x in (req.prompt, req.messages, req.prompt_tokens)]
     if sum(given) > 1:
         return ["give only one of a prompt, chat messages or prompt tokens"]
@@ -74,9 +90,8 @@ def _prompt_problems(req) -> list[str]:
     if req.prompt_tokens is not None:
         if not req.prompt_tokens:
             return ["the prompt has no tokens"]
-        if not all(_whole(t) and t >= 0 for t in req.prompt_tokens):
-            return ["prompt tokens must be whole numbers of 0 or more"]
-        return []
+        problem = token_problem(req.prompt_tokens, vocab_rows)
+        return [problem] if problem else []
     if req.prompt is None or not isinstance(req.prompt, str) or not req.prompt.strip():
         return ["the prompt is empty"]
     if "\x00" in req.prompt:
@@ -84,19 +99,20 @@ def _prompt_problems(req) -> list[str]:
     return []
 
 
-def problems(request) -> list[str]:
-    """Every problem with ``request`` (a GenerationRequest), as plain phrases."""
-    from app.kinds import KINDS as DRAFT_KINDS
+def problems(request, *, vocab_rows: int | None = None) -> list[str]:
+    """Every problem with ``request`` (a GenerationRequest), as plain phrases; with
+    ``vocab_rows`` (the model's embedding rows) prompt token ids are checked against it."""
+    from app import kinds
 
-    out = _prompt_problems(request)
+    out = _prompt_problems(request, vocab_rows)
     if not _whole(request.max_tokens) or request.max_tokens < 1:
         out.append(f"max tokens must be at least 1 (got {request.max_tokens!r})")
     elif request.max_tokens > MAX_OUTPUT_TOKENS:
         out.append(f"max tokens must be at most {MAX_OUTPUT_TOKENS:,} (got {request.max_tokens:,})")
     out += _sampling_problems(request.sampling)
-    if request.draft_kind not in DRAFT_KINDS:
+    if request.draft_kind not in kinds.names():
         out.append(f"the draft kind {request.draft_kind!r} is unknown "
-                   f"(choose {', '.join(DRAFT_KINDS)})")
+                   f"(choose {', '.join(kinds.names())})")
     w = request.draft_width
     if w is not None and (not _whole(w) or not 1 <= w <= MAX_WIDTH):
         out.append(f"the draft width must be between 1 and {MAX_WIDTH} (got {w!r})")
@@ -114,9 +130,9 @@ def problems(request) -> list[str]:
     return out
 
 
-def validate(request) -> None:
+def validate(request, *, vocab_rows: int | None = None) -> None:
     """Raise DraftPairError naming every problem with ``request``."""
-    found = problems(request)
+    found = problems(request, vocab_rows=vocab_rows)
     if found:
         text = "; ".join(found)
         raise DraftPairError(f"This request cannot run: {text}.", detail=repr(request))

@@ -19,13 +19,26 @@ from app.engine.events import (
     RULE_SAMPLE_MATCH,
     SamplingParams,
 )
+from app.engine.mlx_types import bool_list, int_list, item_int
+from app.engine.proposal import Proposal
 
 
 @dataclass(frozen=True)
 class Verdict:
     accepted: int
-    token: int  # the target's own token after the accepted prefix
-    proposals: tuple[int, ...]  # the proposals as host ints
+    token: int  # the target's own token after the accepted path
+    proposals: tuple[int, ...]  # every node's token as host ints
+    nodes: tuple[int, ...] | None = None  # the accepted path's nodes (None: a chain's first)
+
+    @property
+    def path(self) -> tuple[int, ...]:
+        """Indices of the accepted nodes, root first (a chain: ``0..accepted-1``)."""
+        return self.nodes if self.nodes is not None else tuple(range(self.accepted))
+
+    @property
+    def kept(self) -> list[int]:
+        """The accepted tokens and the target's own one: what the round commits."""
+        return [*(self.proposals[i] for i in self.path), self.token]
 
 
 def choose_rule(sampling: SamplingParams, stochastic_draft: bool) -> str:
@@ -43,7 +56,15 @@ def _first_mismatch(proposals: list[int], target: list[int]) -> int:
     return n
 
 
-def verify(
+def verify(rows: mx.array, proposal: Proposal, *, sampling: SamplingParams,
+           rule: str) -> Verdict:
+    """Apply ``rule`` to ``rows`` (``(k+1, V)``, processed) and a chain ``proposal``."""
+    if not proposal.is_chain:
+        raise NotImplementedError("tree proposals need a tree verify pass")
+    return verify_chain(rows, proposal.tokens, sampling=sampling, rule=rule, q=proposal.q)
+
+
+def verify_chain(
     rows: mx.array,
     proposals: mx.array,
     *,
@@ -76,14 +97,14 @@ def verify(
     corrections = mx.random.categorical(mx.log(residual))
     bonus = mx.random.categorical(mx.log(p[k : k + 1]))
     mx.eval(accept, corrections, bonus, proposals)
-    acc_l = accept.tolist()
+    acc_l = bool_list(accept)
     n = 0
     while n < k and acc_l[n]:
         n += 1
-    token = int(corrections[n].item()) if n < k else int(bonus[0].item())
-    return Verdict(n, token, tuple(proposals.tolist()))
+    token = item_int(corrections[n]) if n < k else item_int(bonus[0])
+    return Verdict(n, token, tuple(int_list(proposals)))
 
 
 def _to_lists(target: mx.array, proposals: mx.array) -> tuple[list[int], list[int]]:
     mx.eval(target, proposals)
-    return target.tolist(), proposals.tolist()
+    return int_list(target), int_list(proposals)

@@ -191,3 +191,15 @@ class WidthPolicy:
         self.overhead = excess if self.overhead_n == 0 else (
             (1 - TIME_WEIGHT) * self.overhead + TIME_WEIGHT * excess)
         self.overhead_n += 1
+
+
+class FixedWidth(WidthPolicy):
+    """Drafts the full width at every step (measurements, and tests whose subject is the
+    drafter's proposals rather than when drafting pays); it still keeps the evidence."""
+
+    def choose(self, k_max: int) -> int:
+        self.probing = False
+        return k_max
+
+
+PolicyFactory = Callable[..., WidthPolicy]  # (max_width, *, cost) -> a policy for one request

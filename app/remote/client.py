@@ -1,11 +1,12 @@
 """Stream a chat completion from an OpenAI-compatible endpoint as engine events.
 
 ``stream_remote(request, cancel=...)`` yields ``TokenEvent`` per streamed piece and one
-``DoneEvent`` at the end (also after cancellation or an error: never raises), like
-``Session.generate``. Its timings are ``RemoteTimings``: what the server reported, ``None``
-for what it did not. Token ids are known only from a ``draftpair serve`` endpoint (asked for
-through its ``draftpair.return_tokens`` extension); elsewhere ``token_id`` is -1 and the
-``DoneEvent`` has no ids, so comparisons fall back to the text.
+``RemoteDone`` at the end (also after cancellation or an error: never raises), as
+``Session.generate`` ends with a ``DoneEvent``. Its timings are ``RemoteTimings``: what the
+server reported, ``None`` for what it did not. Token ids are known only from a
+``draftpair serve`` endpoint (asked for through its ``draftpair.return_tokens`` extension);
+elsewhere ``token_id`` is -1 and the ``RemoteDone`` has no ids, so comparisons fall back to the
+text.
 
 Plain stdlib HTTP (http.client), no extra dependency. Cancelling closes the connection, which
 a ``draftpair serve`` (or llama-server) takes as "stop generating".
@@ -23,14 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.engine.events import DoneEvent, Event, TokenEvent
+from app.engine.events import TokenEvent
 from app.errors import DraftPairError
-from app.remote.timings import RemoteTimings, from_server
+from app.remote.results import RemoteDone, RemoteTimings, from_server
+
+RemoteEvent = TokenEvent | RemoteDone
 
 
 @dataclass(frozen=True)
 class RemoteRequest:
-    """One chat completion on an endpoint. ``draft_kind`` labels it like a local request."""
+    """One chat completion on an endpoint."""
 
     url: str  # http://host:port or http://host:port/v1
     messages: tuple[dict[str, str], ...] | None = None
@@ -43,7 +46,6 @@ class RemoteRequest:
     api_key: str | None = None
     extension: dict[str, Any] | None = None  # sent as "draftpair" to a draftpair endpoint
     timeout_s: float = 600.0
-    draft_kind: str = "remote"
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def stream_remote(request: RemoteRequest, *, cancel: threading.Event | None = None
-                  ) -> Iterator[Event]:
+                  ) -> Iterator[RemoteEvent]:
     """Events of one streamed chat completion; see the module docstring."""
     cancel = cancel or threading.Event()
     state = _Stream(request)
@@ -159,7 +161,7 @@ class _Stream:
         self.t0 = time.perf_counter()
         self.arrivals: list[float] = []
 
-    def run(self, cancel: threading.Event) -> Iterator[Event]:
+    def run(self, cancel: threading.Event) -> Iterator[TokenEvent]:
         req = self.req
         draftpair = False
         if not self.model or req.extension is not None:
@@ -201,7 +203,8 @@ class _Stream:
             watcher_done.set()
             conn.close()
 
-    def _read(self, resp: http.client.HTTPResponse, cancel: threading.Event) -> Iterator[Event]:
+    def _read(self, resp: http.client.HTTPResponse, cancel: threading.Event
+              ) -> Iterator[TokenEvent]:
         for raw in resp:
             if cancel.is_set():
                 return
@@ -221,12 +224,12 @@ class _Stream:
                 raise DraftPairError(f"The endpoint stopped with an error: {msg}.")
             yield from self._chunk(chunk)
 
-    def _chunk(self, chunk: dict[str, Any]) -> Iterator[Event]:
+    def _chunk(self, chunk: dict[str, Any]) -> Iterator[TokenEvent]:
         if isinstance(chunk.get("timings"), dict):
             self.timings = chunk["timings"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        ext = chunk.get("draftpair") if isinstance(chunk.get("draftpair"), dict) else {}
+        ext: dict[str, Any] = chunk["draftpair"] if isinstance(chunk.get("draftpair"), dict) else {}
         choices = chunk.get("choices") or []
         if not choices:
             return
@@ -252,7 +255,7 @@ class _Stream:
         if reason:
             self.finish = "length" if reason == "length" else "stop"
 
-    def done(self) -> DoneEvent:
+    def done(self) -> RemoteDone:
         ttft = (self.arrivals[0] - self.t0) * 1e3 if self.arrivals else None
         rate = None
         if len(self.arrivals) >= 2 and self.arrivals[-1] > self.arrivals[0]:
@@ -263,13 +266,23 @@ class _Stream:
             ttft_ms=ttft, client_rate=rate,
         )
         finish = "error" if self.error else self.finish
-        return DoneEvent(
+        return RemoteDone(
             text="".join(self.texts),
             token_ids=tuple(self.ids) if self.ids_known else (),
             finish_reason=finish,
             timings=timings,
             error=self.error,
         )
+
+
+def ended(request: RemoteRequest, finish_reason: str, error: str | None = None) -> RemoteDone:
+    """The end of a request that never streamed (stopped before it started, or failed)."""
+    try:
+        endpoint = parse_url(request.url).label
+    except DraftPairError:
+        endpoint = request.url
+    return RemoteDone("", (), finish_reason, RemoteTimings(endpoint=endpoint, model=request.model
+                                                           or ""), error=error)
 
 
 def _capital(text: str) -> str:

@@ -1,16 +1,22 @@
 """The HTTP side: Starlette routes on top of the engine thread.
 
 Every error a client can cause is an OpenAI-style JSON body with a 4xx status (malformed JSON
-400, missing or wrong API key 401, unknown model 404, body over the limit 413, engine queue
-full 429); an engine failure is a 500 with a one-line message, never a traceback. A client
-that disconnects, while its request waits or runs, sets that request's cancel flag.
+or a bad value 400, missing or wrong API key 401, unknown model 404, body too slow 408, body
+over the limit 413, engine queue full 429); an engine failure is a 500 with a one-line
+message, never a traceback, and so is anything unforeseen (one log line, no traceback). A
+client that disconnects, while its request waits or runs, sets that request's cancel flag.
+``/health`` is the engine's real state: 200 while its thread runs with the model loaded, 503
+(and why) when it does not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-from dataclasses import asdict
+import json
+import logging
+import time
+from dataclasses import asdict, replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -19,25 +25,40 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.server.engine_thread import EngineThread, QueueFull, RequestError, ServerJob
-from app.server.protocol import ApiError, Limits, Parsed, parse_chat, parse_completion, parse_json
+from app.server.bodies import parse_json
+from app.server.engine_thread import (
+    EngineDown,
+    EngineThread,
+    QueueFull,
+    RequestError,
+    ServerJob,
+)
+from app.server.errors import ApiError
+from app.server.protocol import Limits, Parsed, parse_chat, parse_completion
 from app.server.responses import Shaper, sse, timings_dict
 
 _GONE = object()  # the client disconnected
+log = logging.getLogger("draftpair.server")
 
 
 def build_app(engine: EngineThread, *, limits: Limits | None = None,
-              api_key: str | None = None) -> Starlette:
+              api_key: str | None = None) -> Any:
     limits = limits or Limits()
     assert engine.info is not None, "start the engine thread before building the app"
     info = engine.info
+    key = api_key.encode("utf-8") if api_key else None
+
+    def authorized(request: Request) -> bool:
+        if key is None:
+            return True
+        # the header's raw bytes (Starlette decodes them as Latin-1), so a key with non-ASCII
+        # characters compares as the UTF-8 the client sent; compare_digest takes any bytes
+        header = request.headers.get("authorization", "").encode("latin-1")
+        scheme, _, token = header.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key)
 
     def authorize(request: Request) -> None:
-        if not api_key:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), api_key):
+        if not authorized(request):
             raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer KEY'.",
                            type="authentication_error", code="invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
@@ -49,6 +70,7 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
                 "target": info.target, "draft": info.draft, "default_kind": info.default_kind,
                 "default_width": info.default_width, "context_length": info.context_length,
                 "draft_kinds": {k: (r is None) for k, r in info.kinds.items()},
+                "vocab_size": info.vocab_rows,  # prompt token ids run 0 .. vocab_size-1
                 "max_tokens_cap": limits.max_tokens_cap,
             },
         }
@@ -65,7 +87,10 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         return JSONResponse(model_card())
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        state = engine.health()
+        if authorized(request):  # which model is loaded is for clients with the key
+            state["engine"]["model"] = info.id
+        return JSONResponse(state, status_code=200 if state["status"] == "ok" else 503)
 
     async def status(request: Request) -> Response:
         authorize(request)
@@ -80,9 +105,12 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         return await complete(request, chat=False)
 
     async def complete(request: Request, *, chat: bool) -> Response:
+        arrived = time.perf_counter()  # time to first token counts from the request's arrival
         authorize(request)
-        body = parse_json(await read_body(request, limits.max_body_bytes))
+        body = parse_json(await read_body(request, limits.max_body_bytes,
+                                          limits.body_timeout_s))
         parsed = (parse_chat if chat else parse_completion)(body, info, limits)
+        parsed = replace(parsed, request=replace(parsed.request, submitted_at=arrived))
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[object] = asyncio.Queue()
 
@@ -100,6 +128,8 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         except QueueFull as exc:
             raise ApiError(429, str(exc), type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": "1"}) from None
+        except EngineDown as exc:
+            raise ApiError(503, str(exc), code="engine_down") from None
         watcher = asyncio.create_task(watch_disconnect(request, job, items))
         try:
             if parsed.stream:
@@ -111,30 +141,92 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
                 job.cancel.set()  # a no-op when the job has finished
 
     routes = [
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/draftpair/status", status, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", guarded(models), methods=["GET"]),
+        Route("/v1/models/{model_id:path}", guarded(model), methods=["GET"]),
+        Route("/v1/chat/completions", guarded(chat_completions), methods=["POST"]),
+        Route("/v1/completions", guarded(completions), methods=["POST"]),
+        Route("/v1/draftpair/status", guarded(status), methods=["GET"]),
+        Route("/health", guarded(health), methods=["GET"]),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _server_error}
-    return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    return OneLineErrors(app)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+class OneLineErrors:
+    """The outermost layer: Starlette answers an unforeseen error with a 500 and then re-raises
+    it, and uvicorn prints the traceback; here it ends as one log line."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:  # noqa: BLE001 - answered already (500) where it could be
+            from app.errors import technical_detail
+
+            log.warning("%s %s failed: %s", scope.get("method", ""), scope.get("path", ""),
+                        technical_detail(exc))
+
+
+class ErrorResponse(JSONResponse):
+    """An error body as ASCII JSON: it renders whatever a message echoes back (even a lone
+    surrogate), where UTF-8 encoding would fail."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def guarded(endpoint: Any) -> Any:
+    """``endpoint`` with anything unforeseen turned into a 500 and one log line (Starlette's
+    last-resort handler answers too, but then prints the traceback)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (ApiError, HTTPException):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a request never prints a traceback
+            raise _unforeseen(request, exc) from None
+
+    return run
+
+
+def _unforeseen(request: Request, exc: Exception) -> ApiError:
+    from app.errors import technical_detail, user_message
+
+    log.warning("%s %s failed: %s", request.method, request.url.path, technical_detail(exc))
+    return ApiError(500, f"The server failed on this request: {user_message(exc)}",
+                    code="internal_error")
+
+
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The body, at most ``limit`` bytes, arrived within ``timeout_s`` (a client that trickles
+    it byte by byte would otherwise hold a connection for as long as it likes)."""
     too_big = ApiError(413, f"The request body is larger than this server accepts "
                        f"({limit} bytes).", code="request_too_large")
     length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
+    if length.isdigit() and (len(length) > 18 or int(length) > limit):
         raise too_big
-    chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:  # not the builtin one before Python 3.11
+        client = request.client
+        log.warning("closed a slow client %s: its request body took over %g s",
+                    f"{client.host}:{client.port}" if client else "?", timeout_s)
+        raise ApiError(408, f"The request body did not arrive within {timeout_s:g} seconds.",
+                       code="request_timeout", headers={"Connection": "close"}) from None
 
 
 async def watch_disconnect(request: Request, job: ServerJob, items: asyncio.Queue) -> None:
@@ -210,6 +302,14 @@ async def stream(job: ServerJob, parsed: Parsed, items: asyncio.Queue,
                     yield sse("[DONE]")
                     return
                 item = await items.get()
+        except Exception as exc:  # noqa: BLE001 - the stream ends with an error, no traceback
+            from app.errors import technical_detail
+
+            log.warning("a stream failed: %s", technical_detail(exc))
+            yield sse({"error": {"message": "The server failed while streaming this reply.",
+                                 "type": "server_error", "code": "internal_error",
+                                 "param": None}})
+            yield sse("[DONE]")
         finally:
             watcher.cancel()
             job.cancel.set()  # a no-op when the job has finished
@@ -220,7 +320,7 @@ async def stream(job: ServerJob, parsed: Parsed, items: asyncio.Queue,
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return ErrorResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -228,12 +328,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     message = {404: "No such endpoint.", 405: "This endpoint does not take that method."}.get(
         exc.status_code, str(exc.detail))
     err = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
-    return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
+    return ErrorResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
-    from app.errors import user_message
-
-    err = ApiError(500, f"The server failed on this request: {user_message(exc)}",
-                   code="internal_error")
-    return JSONResponse(err.body(), status_code=500)
+    err = _unforeseen(request, exc)
+    return ErrorResponse(err.body(), status_code=500)

@@ -9,12 +9,19 @@ round, and a job cancelled while it waits never reaches the engine.
 Results cross back as data through the job's ``emit`` callable (called on the engine thread):
 engine events (``TokenEvent``, ``NoticeEvent``, ``DoneEvent``) or a ``RequestError`` when the
 request itself is unusable (e.g. longer than the model's context).
+
+No request can take the thread down: whatever one raises (even a ``BaseException`` such as a
+Rust panic from a tokenizer) fails that request, is logged in one line, and the next request
+runs. ``health()`` reports the thread's real state (alive, busy or idle, the loaded model); if
+the thread ends anyway, waiting requests are failed and new ones refused (``EngineDown``)
+instead of waiting forever.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -22,15 +29,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.errors import DraftPairError, user_message
+from app.errors import DraftPairError, technical_detail, user_message
 from app.threads import release_mlx_streams
 
 RECORDS_KEPT = 64
 _ids = itertools.count(1)
+log = logging.getLogger("draftpair.server")
 
 
 class QueueFull(DraftPairError):
     pass
+
+
+class EngineDown(DraftPairError):
+    """The engine thread is not running (it failed to load, stopped or ended)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,7 @@ class ModelInfo:
     default_width: int | None
     context_length: int | None
     created: int
+    vocab_rows: int | None = None  # token ids 0..vocab_rows-1 are readable by the target
 
 
 @dataclass(eq=False)  # identity: jobs live in a set
@@ -68,6 +81,7 @@ class ServerJob:
     cancel: threading.Event = field(default_factory=threading.Event)
     id: str = field(default_factory=lambda: f"{next(_ids):06d}")
     submitted: float = field(default_factory=time.monotonic)
+    answered: bool = False  # a final DoneEvent or RequestError was emitted
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,11 @@ class EngineThread:
         self._thread: threading.Thread | None = None
         self._loaded = threading.Event()
         self._load_error: str | None = None
+        self._stopping = False
+        self.session: Any = None  # owned by the engine thread; read elsewhere only by tests
+        self.served = 0  # requests that ended (any finish)
+        self.failed = 0  # requests the engine failed on (finish "error")
+        self.last_error: str | None = None
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self, timeout_s: float = 600.0) -> ModelInfo:
@@ -139,6 +158,8 @@ class EngineThread:
     # -- requests -----------------------------------------------------------------------
     def submit(self, job: ServerJob) -> None:
         with self._lock:
+            if not self.alive():
+                raise EngineDown("The server's engine is not running; restart the server.")
             if self._running is not None and self._waiting >= self.max_queue:
                 raise QueueFull(
                     f"The server is busy: {self._waiting} request(s) are already waiting "
@@ -146,7 +167,7 @@ class EngineThread:
                 )
             self._waiting += 1
             self._jobs.add(job)
-        self._queue.put(job)
+            self._queue.put(job)  # under the lock: a thread that is ending drains after it
 
     def recent(self) -> list[RequestRecord]:
         with self._lock:
@@ -157,6 +178,29 @@ class EngineThread:
             running = self._running.id if self._running is not None else None
             waiting = self._waiting
         return {"running": running, "waiting": waiting, "max_queue": self.max_queue}
+
+    def alive(self) -> bool:
+        """The thread runs with a loaded model and takes requests."""
+        return (self._thread is not None and self._thread.is_alive() and self.info is not None
+                and not self._stopping)
+
+    def health(self) -> dict[str, Any]:
+        """The engine's real state: ``ok`` (thread alive, model loaded), ``loading`` or
+        ``down``, whether it is busy, and how many requests it served and failed."""
+        alive = self.alive()
+        if alive:
+            state = "ok"
+        elif not self._loaded.is_set() and self._thread is not None:
+            state = "loading"
+        else:
+            state = "down"
+        with self._lock:
+            busy = self._running is not None
+            waiting = self._waiting
+        return {"status": state, "engine": {
+            "alive": alive, "busy": busy, "waiting": waiting,
+            "model_loaded": self.info is not None and alive,
+            "served": self.served, "failed": self.failed, "last_error": self.last_error}}
 
     # -- the thread ---------------------------------------------------------------------
     def _main(self) -> None:
@@ -170,6 +214,20 @@ class EngineThread:
         if session is None:
             release_mlx_streams()
             return
+        self.session = session
+        try:
+            self._serve(session)
+        finally:
+            with self._lock:
+                self._stopping = True
+            self._fail_waiting()
+            try:
+                session.unload()
+            finally:
+                self.session = None
+                release_mlx_streams()  # before the thread ends, or exit may abort
+
+    def _serve(self, session: Any) -> None:
         while True:
             job = self._queue.get()
             if job is None:
@@ -179,13 +237,49 @@ class EngineThread:
                 self._running = job
             try:
                 self._run(session, job)
+            except (KeyboardInterrupt, SystemExit):
+                self._fail(job, "The server is stopping.")
+                raise
+            except BaseException as exc:  # noqa: BLE001 - one request never ends the thread
+                self._fail(job, f"The engine failed on this request: {_plain(exc)}",
+                           detail=technical_detail(exc))
             finally:
                 with self._lock:
                     self._running = None
                     self._jobs.discard(job)
-        session.unload()
-        release_mlx_streams()  # before the thread ends, or exit may abort
 
+    def _fail(self, job: ServerJob, message: str, detail: str = "") -> None:
+        """End ``job`` with an error (unless it was answered) and note it in one log line."""
+        from app.engine.events import DoneEvent, Timings
+
+        log.warning("request %s failed: %s", job.id, detail or message)
+        if job.answered:
+            return
+        self._record(job, "error", 0, (time.monotonic() - job.submitted) * 1e3, message)
+        self._answer(job, DoneEvent("", (), "error", Timings(draft_kind=job.request.draft_kind),
+                                    error=message))
+
+    def _fail_waiting(self) -> None:
+        """The thread is ending: every job still queued hears so instead of waiting forever."""
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is None:
+                continue
+            with self._lock:
+                self._waiting -= 1
+                self._jobs.discard(job)
+            self._answer(job, RequestError(503, "The server is stopping.", code="engine_down"))
+
+    def _answer(self, job: ServerJob, item: object) -> None:
+        job.answered = True
+        try:
+            job.emit(item)
+        except Exception as exc:  # noqa: BLE001 - the client side is gone; nothing to tell
+            log.warning("request %s: the answer could not be delivered (%s)", job.id,
+                        technical_detail(exc))
 
     def _load(self) -> Any:
         from app.engine.session import Session
@@ -194,11 +288,12 @@ class EngineThread:
         target = session.load_target(self.model)
         if self.draft:
             session.load_draft(self.draft)
+        from app.kinds import OFF
+
         kinds = dict(session.available_kinds())
-        default = self.default_kind or ("full-model" if session.draft is not None else "none")
-        if default != "none" and kinds.get(default):
+        default = self.default_kind or session.draft_kind or OFF  # the loaded draft's kind
+        if kinds.get(default):
             raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default].rstrip('.')}.")
-        ctx = target.config.get("max_position_embeddings")
         self.info = ModelInfo(
             id=self.model_id or target.name,
             target=target.name,
@@ -208,8 +303,9 @@ class EngineThread:
             kinds=kinds,
             default_kind=default,
             default_width=self.default_width,
-            context_length=int(ctx) if isinstance(ctx, int) and ctx > 0 else None,
+            context_length=session.context_length(),  # the limit ``Session.admit`` checks
             created=int(time.time()),
+            vocab_rows=target.embedding_rows,
         )
         return session
 
@@ -220,29 +316,26 @@ class EngineThread:
         queued_ms = (time.monotonic() - job.submitted) * 1e3
         if job.cancel.is_set():
             self._record(job, "cancelled", 0, queued_ms)
-            job.emit(DoneEvent("", (), "cancelled", Timings(draft_kind=req.draft_kind)))
+            self._answer(job, DoneEvent("", (), "cancelled", Timings(draft_kind=req.draft_kind)))
             return
         try:
-            prompt = session.encode(req)
+            admission = session.admit(req)  # the limit and the tokens generate will use
         except Exception as exc:
-            self._reject(job, RequestError(400, user_message(exc), param="messages"), queued_ms)
+            param = "messages" if req.messages is not None else "prompt"
+            self._reject(job, RequestError(400, user_message(exc), param=param), queued_ms)
             return
-        ctx = self.info.context_length if self.info is not None else None
-        if not prompt:
-            self._reject(job, RequestError(400, "The prompt is empty.", param="messages"),
-                         queued_ms)
-            return
-        if ctx is not None and job.fit_context and len(prompt) < ctx:
-            req = replace(req, max_tokens=min(req.max_tokens, ctx - len(prompt)))
-        if ctx is not None and len(prompt) + req.max_tokens > ctx:
-            msg = (f"This model's context is {ctx} tokens; the prompt has {len(prompt)} and "
-                   f"max_tokens asks for {req.max_tokens} more. Shorten the prompt or lower "
-                   "max_tokens.")
+        room, limit = admission.reply_room, admission.limit
+        if room is not None and job.fit_context:
+            req = replace(req, max_tokens=min(req.max_tokens, room))
+        if room is not None and req.max_tokens > room:
+            msg = (f"This model's context is {limit} tokens; the prompt has "
+                   f"{len(admission.tokens)} and max_tokens asks for {req.max_tokens} more. "
+                   "Shorten the prompt or lower max_tokens.")
             self._reject(job, RequestError(400, msg, code="context_length_exceeded",
                                            param="max_tokens"), queued_ms)
             return
-        # the tokens encoded above are the prompt (a request holds exactly one form of it)
-        request = replace(req, prompt_tokens=tuple(prompt), prompt=None, messages=None,
+        # the admitted tokens are the prompt (a request holds exactly one form of it)
+        request = replace(req, prompt_tokens=admission.tokens, prompt=None, messages=None,
                           memory_interval_s=3600.0)
         done = None
         try:
@@ -257,11 +350,13 @@ class EngineThread:
         if done is None:
             done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
         self._record(job, done.finish_reason, len(done.token_ids), queued_ms, done.error)
-        job.emit(done)
+        if done.finish_reason == "error":
+            log.warning("request %s failed: %s", job.id, done.error)
+        self._answer(job, done)
 
     def _reject(self, job: ServerJob, error: RequestError, queued_ms: float) -> None:
         self._record(job, "rejected", 0, queued_ms, error.message)
-        job.emit(error)
+        self._answer(job, error)
 
     def _record(self, job: ServerJob, finish: str, n: int, queued_ms: float,
                 error: str | None = None) -> None:
@@ -272,3 +367,15 @@ class EngineThread:
         )
         with self._lock:
             self.records.append(record)
+            self.served += 1
+            if finish == "error":
+                self.failed += 1
+                self.last_error = error
+
+
+def _plain(exc: BaseException) -> str:
+    """One plain sentence for anything a request raised (Rust panics are BaseExceptions)."""
+    if isinstance(exc, Exception):
+        return user_message(exc)
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"an internal error ({type(exc).__name__}{': ' + first if first else ''})."

@@ -15,11 +15,13 @@ silent ignore.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from app.server.bodies import shown
 from app.server.engine_thread import ModelInfo
+from app.server.errors import ApiError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 EXTENSION_KEYS = {"draft_kind", "draft_width", "allow_fallback", "ngram_min", "ngram_max",
@@ -28,31 +30,13 @@ MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 
 
-class ApiError(Exception):
-    """An HTTP error with an OpenAI-style JSON body."""
-
-    def __init__(self, status: int, message: str, *, type: str | None = None,
-                 code: str | None = None, param: str | None = None,
-                 headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type or ("invalid_request_error" if status < 500 else "server_error")
-        self.code = code
-        self.param = param
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
-
-
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 1 << 20
     max_tokens_cap: int = 4096  # the most a request may ask for
     default_max_tokens: int = 512  # when a request does not say
     temperature: float = 0.0  # default when a request does not say
+    body_timeout_s: float = 30.0  # a request body must arrive within this
 
 
 @dataclass(frozen=True)
@@ -63,17 +47,6 @@ class Parsed:
     return_tokens: bool
     model: str
     max_tokens_given: bool = True  # False: the default, shortened to fit the context
-
-
-def parse_json(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"The request body is not valid JSON ({exc}).",
-                       code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    return body
 
 
 def parse_chat(body: dict[str, Any], info: ModelInfo, limits: Limits) -> Parsed:
@@ -101,18 +74,30 @@ def parse_completion(body: dict[str, Any], info: ModelInfo, limits: Limits) -> P
             raise ApiError(400, "'prompt' is empty.", param="prompt")
         return _common(body, info, limits, prompt=prompt, chat=False)
     if isinstance(prompt, list) and prompt and all(
-        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):
-        return _common(body, info, limits, prompt_tokens=tuple(prompt), chat=False)
+        return _common(body, info, limits, prompt_tokens=_token_ids(prompt, info), chat=False)
     raise ApiError(400, "'prompt' must be a string or a list of token ids (one prompt).",
                    param="prompt")
+
+
+def _token_ids(prompt: list[int], info: ModelInfo) -> tuple[int, ...]:
+    """Token ids the model can read: an id past its embedding table would make it read
+    memory past the table's end (garbage text, or the process dies)."""
+    rows = info.vocab_rows
+    for i, t in enumerate(prompt):
+        if t < 0 or (rows is not None and t >= rows):
+            span = f"0 to {rows - 1}" if rows is not None else "0 or more"
+            raise ApiError(400, f"'prompt[{i}]' is the token id {shown(t)}; this model's token "
+                           f"ids are {span}.", param=f"prompt[{i}]", code="invalid_token_id")
+    return tuple(prompt)
 
 
 def _message(m: Any, i: int) -> dict[str, str]:
     if not isinstance(m, dict):
         raise ApiError(400, f"messages[{i}] must be an object.", param=f"messages[{i}]")
     role = m.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise ApiError(400, f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}.",
                        param=f"messages[{i}].role")
     content = m.get("content")
@@ -134,12 +119,12 @@ def _message(m: Any, i: int) -> dict[str, str]:
 
 
 def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any) -> Parsed:
+    from app import kinds
     from app.engine.events import GenerationRequest, SamplingParams
-    from app.kinds import KINDS as DRAFT_KINDS
 
     model = body.get("model")
     if model is not None and model not in (info.id, info.target):
-        raise ApiError(404, f"The model {model!r} does not exist here; this server serves "
+        raise ApiError(404, f"The model {shown(model)} does not exist here; this server serves "
                        f"{info.id!r}.", type="invalid_request_error", code="model_not_found",
                        param="model")
     _refuse_unsupported(body)
@@ -148,9 +133,12 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
     max_tokens = None
     for name in ("max_completion_tokens", "max_tokens", "n_predict"):
         if body.get(name) is not None:
-            max_tokens = _int(body, name, None, 1, None)
+            max_tokens = _int(body, name, None, 1, None, huge_ok=True)
             if max_tokens > limits.max_tokens_cap:
-                raise ApiError(400, f"'{name}' is {max_tokens}; this server allows at most "
+                # an int too long for a float, or the +inf a longer one parses as
+                huge = isinstance(max_tokens, float) or max_tokens > 10**12
+                given = "too large" if huge else f"{max_tokens}"
+                raise ApiError(400, f"'{name}' is {given}; this server allows at most "
                                f"{limits.max_tokens_cap}.", param=name, code="max_tokens_too_large")
             break
     ext = body.get("draftpair") or {}
@@ -158,14 +146,15 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         raise ApiError(400, "'draftpair' must be an object.", param="draftpair")
     unknown = sorted(set(ext) - EXTENSION_KEYS)
     if unknown:
-        raise ApiError(400, f"Unknown 'draftpair' field {unknown[0]!r}; known: "
-                       f"{', '.join(sorted(EXTENSION_KEYS))}.", param=f"draftpair.{unknown[0]}")
+        raise ApiError(400, f"Unknown 'draftpair' field {shown(unknown[0])}; known: "
+                       f"{', '.join(sorted(EXTENSION_KEYS))}.",
+                       param=f"draftpair.{shown(unknown[0], quote=False)}")
     kind = ext.get("draft_kind", info.default_kind)
-    if kind not in DRAFT_KINDS:
-        raise ApiError(400, f"Unknown draft kind {kind!r}; choose one of "
-                       f"{', '.join(DRAFT_KINDS)}.", param="draftpair.draft_kind")
+    if not isinstance(kind, str) or kind not in kinds.names():
+        raise ApiError(400, f"Unknown draft kind {shown(kind)}; choose one of "
+                       f"{', '.join(kinds.names())}.", param="draftpair.draft_kind")
     allow_fallback = _bool(ext, "allow_fallback", True, "draftpair.")
-    reason = info.kinds.get(kind) if kind != "none" else None
+    reason = info.kinds.get(kind)  # None when it runs (the off kind always does)
     if reason and not allow_fallback:
         raise ApiError(400, f"Speculation ({kind}) cannot run on this server: {reason}.",
                        param="draftpair.draft_kind", code="draft_kind_unavailable")
@@ -253,16 +242,26 @@ def _bool(d: dict[str, Any], key: str, default: bool, prefix: str = "") -> bool:
 
 
 def _int(d: dict[str, Any], key: str, default: Any, lo: int | None, hi: int | None,
-         prefix: str = "") -> Any:
+         prefix: str = "", *, huge_ok: bool = False) -> Any:
+    """``d[key]`` as a whole number in [lo, hi]; a number with more digits than any count
+    (parsed as +-inf) is out of range, or returned as +inf with ``huge_ok`` and no ``hi``."""
     value = d.get(key)
     if value is None:
         return default
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
+    huge = isinstance(value, float) and math.isinf(value)  # more digits than any count
+    if not huge and (not isinstance(value, int) or isinstance(value, bool)):
         raise ApiError(400, f"'{prefix}{key}' must be an integer.", param=prefix + key)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+    if huge and huge_ok and hi is None and value > 0:
+        return value
+    if huge or (lo is not None and value < lo) or (hi is not None and value > hi):
+        if hi is not None:
+            span = f"between {lo} and {hi}" if lo is not None else f"at most {hi}"
+        elif lo is not None and value < lo:
+            span = f"at least {lo}"
+        else:
+            span = "a smaller number"
         raise ApiError(400, f"'{prefix}{key}' must be {span}.", param=prefix + key)
     return value
 

@@ -2,12 +2,16 @@
 
 ``ServerHandle.start()`` runs uvicorn on a background thread (tests, the desktop app) and
 returns the base URL; ``serve()`` blocks until Ctrl+C (the CLI). The socket is bound here, so
-port 0 picks a free port and "port in use" is one plain sentence.
+port 0 picks a free port and "port in use" is one plain sentence. Connections are bounded in
+number (below the open-files limit) and in time (``app.server.connections``); the server's own
+notes go to stderr as one ``draftpair:`` line each.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +37,8 @@ class ServerConfig:
     model_id: str | None = None
     limits: Limits = field(default_factory=Limits)
     log_level: str = "warning"
+    max_connections: int | None = None  # None: 1000, or fewer to fit the open-files limit
+    client_timeout_s: float = 20.0  # a request head must arrive within this (the body: limits)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -70,6 +76,7 @@ class ServerHandle:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
+        self.max_connections = 0  # the cap in force once started
 
     def start(self, timeout_s: float = 60.0) -> str:
         sock = bind(self.config.host, self.config.port)  # fail fast, before loading
@@ -96,10 +103,21 @@ class ServerHandle:
         import uvicorn
 
         from app.server.app import build_app
+        from app.server.connections import (
+            ConnectionPolicy,
+            connection_cap,
+            guarded_protocol,
+            quiet_accept_errors,
+        )
 
+        server_log(self.config.log_level)
+        quiet_accept_errors()
+        self.max_connections = connection_cap(self.config.max_connections)
+        policy = ConnectionPolicy(self.max_connections, self.config.client_timeout_s)
         app = build_app(self.engine, limits=self.config.limits, api_key=self.config.api_key)
         cfg = uvicorn.Config(app, log_level=self.config.log_level, access_log=False,
-                             timeout_graceful_shutdown=5, lifespan="off")
+                             timeout_graceful_shutdown=5, lifespan="off",
+                             http=guarded_protocol(policy), timeout_keep_alive=5)
         return uvicorn.Server(cfg)
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -118,6 +136,20 @@ class ServerHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def server_log(level: str = "warning") -> logging.Logger:
+    """The server's own notes (refused clients, failed requests): one ``draftpair:`` line
+    each on stderr."""
+    logger = logging.getLogger("draftpair.server")
+    logger.setLevel(level.upper())
+    if not any(getattr(h, "draftpair", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("draftpair: %(message)s"))
+        handler.draftpair = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+    return logger
 
 
 def serve(config: ServerConfig, *, on_ready: Any = None) -> None:

@@ -7,6 +7,7 @@ the ones ``draftpair bench`` reports); this view only starts it, shows progress 
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.bench.stats import MIN_RUNS
 from app.ui.format import KIND_LABELS
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
 from app.ui.widgets import splitter
 from app.ui.worker import ModelState
 
+QUICK_RUNS = 1  # BenchConfig.quick_preset measures each task once
+FULL_RUNS = 3
+
 COLUMNS = ("Task", "Kind", "T", "Speculation", "tok/s", "Speedup", "Verdict", "Accepted/round",
            "Same text as off")
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60}:{s % 60:02d}"
 
 
 class BenchView(View):
@@ -48,6 +58,7 @@ class BenchView(View):
         client = self.client
         self.report: Any = None
         self._running = False
+        self._started = time.monotonic()
         self._build()
         client.bench_progress.connect(self._on_progress)
         client.bench_finished.connect(self._on_finished)
@@ -57,13 +68,20 @@ class BenchView(View):
         title = QLabel("Bench: which speculation pays on which kind of task")
         title.setProperty("role", "title")
         self.preset = QComboBox()
-        self.preset.addItem("Quick (about a minute: short tasks, T=0, 1 run)", "quick")
+        self.preset.addItem("Quick (about a minute on an idle computer)", "quick")
+        self.preset.setItemData(0, "The 2 quick tasks at temperature 0, each measured once with "
+                                "short replies, DraftPair's own rows only. Other programs "
+                                "using the CPU make it take longer.", Qt.ItemDataRole.ToolTipRole)
         self.preset.addItem("Full (several minutes: every task, repeats)", "full")
-        self.preset.currentIndexChanged.connect(self._update_buttons)
+        self.preset.setItemData(1, "Every task, measured Runs times each (medians), with the "
+                                "mlx-lm rows beside DraftPair's.", Qt.ItemDataRole.ToolTipRole)
+        self.preset.currentIndexChanged.connect(self._on_preset)
         self.runs = QSpinBox()
         self.runs.setRange(1, 10)
-        self.runs.setValue(3)
-        self.runs.setToolTip("Repeats per task and condition (Full only); medians are reported")
+        self.runs.setValue(QUICK_RUNS)
+        self._full_runs = FULL_RUNS  # what Full measures with; Quick always runs each once
+        self.runs.setToolTip("Repeats per task and condition (Full only); medians are reported. "
+                             f"A recommendation needs {MIN_RUNS + 1} or more.")
         self.hot = QCheckBox("Also at temperature 1")
         self.run_btn = QPushButton("Run bench")
         self.run_btn.setProperty("role", "primary")
@@ -78,11 +96,12 @@ class BenchView(View):
         row.addWidget(QLabel("Runs"))
         row.addWidget(self.runs)
         row.addWidget(self.hot)
-        row.addSpacing(12)
-        row.addWidget(self.run_btn)
-        row.addWidget(self.stop_btn)
-        row.addWidget(self.export_btn)
         row.addStretch(1)
+        # the buttons share the progress bar's row, so the view fits a 1024-pixel-wide window
+        actions = QHBoxLayout()
+        actions.addWidget(self.run_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.export_btn)
         self.pair_label = QLabel("")
         self.pair_label.setProperty("role", "muted")
         self.progress = QProgressBar()
@@ -136,7 +155,8 @@ class BenchView(View):
         outer.addWidget(title)
         outer.addWidget(self.pair_label)
         outer.addLayout(row)
-        outer.addWidget(self.progress)
+        actions.addWidget(self.progress, 1)
+        outer.addLayout(actions)
         outer.addWidget(self.message)
         outer.addWidget(split, 1)
         self._update_buttons()
@@ -166,9 +186,12 @@ class BenchView(View):
             item.addItem(bar)
             self._bars.append(bar)
             label = {"off": "Off", **KIND_LABELS}.get(r["condition"], r["condition"])
+            # dark text on a light plate (light on dark): readable on the bar and past its end
+            plate = QColor(c.base)
+            plate.setAlpha(200)
             text = pg.TextItem(
                 f"{r['task_id']} T={r['temperature']:g} · {label}   {r['speedup']:.2f}×",
-                color=c.accent_text, anchor=(0, 0.5),
+                color=c.text, anchor=(0, 0.5), fill=pg.mkBrush(plate),
             )
             text.setPos(0.02, i)
             item.addItem(text)
@@ -194,6 +217,16 @@ class BenchView(View):
             self.pair_label.setText("Load a model first (Models).")
         self._update_buttons()
 
+    def _on_preset(self) -> None:
+        """The Runs box shows what the preset measures: 1 for Quick, the chosen number for Full."""
+        if self.preset.currentData() == "full":
+            self.runs.setValue(self._full_runs)
+        else:
+            if self.runs.isEnabled():
+                self._full_runs = self.runs.value()
+            self.runs.setValue(QUICK_RUNS)
+        self._update_buttons()
+
     def _update_buttons(self) -> None:
         ready = bool(self.client.state.target) and not self.client.busy_loading
         self.run_btn.setEnabled(ready and not self._running)
@@ -208,8 +241,7 @@ class BenchView(View):
         if self._running or not self.run_btn.isEnabled():
             return
         if self.client.busy:
-            self.banner.show_message("Wait for the reply or comparison to finish, then run the bench.",
-                                     error=True)
+            self.show_error("Wait for the reply or comparison to finish, then run the bench.")
             return
         from app.bench import BenchConfig
 
@@ -221,7 +253,11 @@ class BenchView(View):
         else:
             config = BenchConfig(runs=self.runs.value(), **common)
         self._running = True
+        self._started = time.monotonic()
         self.report = None
+        self.table.setRowCount(0)
+        self.recs.setText("")
+        self._draw_chart([])
         self.progress.setValue(0)
         self.progress.setFormat("starting… %p%")
         self.message.setText("Warming up; each task runs with speculation off and on, alternately.")
@@ -235,14 +271,20 @@ class BenchView(View):
 
     def _on_progress(self, p: Any) -> None:
         self.progress.setValue(int(1000 * p.fraction))
-        self.progress.setFormat(f"{p.done}/{p.total} runs  (%p%)")
+        elapsed = time.monotonic() - self._started
+        left = ""
+        if 0 < p.done < p.total:  # the runs so far say how long the rest takes
+            left = f", about {_clock(elapsed / p.done * (p.total - p.done))} left"
+        self.progress.setFormat(f"{p.done}/{p.total} runs · {_clock(elapsed)}{left}  (%p%)")
         self.message.setText(p.message)
+        if p.rows is not None and self._running:  # a run finished: show what is measured so far
+            self._fill_rows(list(p.rows))
 
     def _on_finished(self, report: Any, error: str) -> None:
         self._running = False
         if report is None:
             self.progress.setFormat("failed")
-            self.banner.show_message(f"Bench failed: {error}", error=True)
+            self.show_error(f"Bench failed: {error}")
         else:
             self.report = report
             self.progress.setValue(1000)
@@ -253,7 +295,36 @@ class BenchView(View):
 
     def _show(self, report: Any) -> None:
         c = self.colors
-        rows = report.summary.get("rows", [])
+        self._fill_rows(report.summary.get("rows", []))
+        try:
+            from app.bench import recommend_drafters
+
+            quick = bool((report.config or {}).get("quick"))
+            more = (f"choose Full and set Runs to {MIN_RUNS + 1} or more" if quick
+                    else f"set Runs to {MIN_RUNS + 1} or more")
+            recs = recommend_drafters(report, more_runs=more)
+        except Exception as exc:
+            recs = {}
+            self.recs.setText(f"No recommendation: {html.escape(str(exc))}")
+        if recs:
+            lines = []
+            for kind, rec in recs.items():
+                what = ("No recommendation yet" if rec.reason.startswith("too few runs")
+                        else KIND_LABELS.get(rec.draft_kind, rec.draft_kind))
+                speed = f" ({rec.speedup:.2f}×)" if rec.speedup else ""
+                lines.append(f"<b>{html.escape(kind)}</b>: {html.escape(what)}{speed} — "
+                             f"<span style='color:{c.muted}'>{html.escape(rec.reason)}</span>")
+            self.recs.setText("<br>".join(lines))
+        contention = report.summary.get("contention") or {}
+        if contention.get("flagged_measured"):
+            self.message.setText(
+                f"{contention['flagged_measured']} runs were flagged: other programs used the CPU "
+                "during them, so their numbers may be noisy."
+            )
+
+    def _fill_rows(self, rows: list[dict]) -> None:
+        """The table and the chart for these summary rows (also while the bench runs)."""
+        c = self.colors
         self.table.setRowCount(len(rows))
         verdict_color = {"faster": c.ok, "slower": c.bad, "baseline": c.muted}
         for r, row in enumerate(rows):
@@ -277,27 +348,6 @@ class BenchView(View):
                     item.setToolTip("Another program competed for the CPU during some runs.")
                 self.table.setItem(r, col, item)
         self._draw_chart(rows)
-        try:
-            from app.bench import recommend_drafters
-
-            recs = recommend_drafters(report)
-        except Exception as exc:
-            recs = {}
-            self.recs.setText(f"No recommendation: {html.escape(str(exc))}")
-        if recs:
-            lines = []
-            for kind, rec in recs.items():
-                what = KIND_LABELS.get(rec.draft_kind, rec.draft_kind)
-                speed = f" ({rec.speedup:.2f}×)" if rec.speedup else ""
-                lines.append(f"<b>{html.escape(kind)}</b>: {html.escape(what)}{speed} — "
-                             f"<span style='color:{c.muted}'>{html.escape(rec.reason)}</span>")
-            self.recs.setText("<br>".join(lines))
-        contention = report.summary.get("contention") or {}
-        if contention.get("flagged_measured"):
-            self.message.setText(
-                f"{contention['flagged_measured']} runs were flagged: other programs used the CPU "
-                "during them, so their numbers may be noisy."
-            )
 
     def export(self, folder: str | None = None) -> dict | None:
         if self.report is None:
@@ -311,7 +361,7 @@ class BenchView(View):
         try:
             out = write_report(self.report, folder)
         except OSError as exc:
-            self.banner.show_message(f"Could not save the report: {exc}", error=True)
+            self.show_error(f"Could not save the report: {exc}")
             return None
         self.banner.show_message(f"Bench report saved in {folder}.", timeout_ms=6000)
         return out

@@ -10,14 +10,13 @@ is not loaded asks for the pair to be loaded (``use_pair``); choosing a kind tel
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.ui.background import Background
-from app.ui.draft_picker import DraftPicker, options_from, uses_draft_model
+from app.ui.draft_picker import DraftPicker, options_from, runs_draft_model, uses_draft_model
 from app.ui.settings import Settings
 from app.ui.worker import ModelState
 
@@ -26,8 +25,8 @@ def model_line(state: ModelState, kind: str) -> str:
     """The chat bar's model line: the target, plus the draft only while ``kind`` runs it."""
     if not state.target:
         return "No model loaded"
-    draft = f" + draft {state.draft}" if state.draft and uses_draft_model(kind) else ""
-    return f"<b>{html.escape(state.target)}</b>{html.escape(draft)}"
+    draft = f" + draft {state.draft}" if state.draft and runs_draft_model(kind) else ""
+    return f"{state.target}{draft}"
 
 
 def template_note(state: ModelState) -> str:

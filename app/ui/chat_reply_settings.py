@@ -65,6 +65,11 @@ class ReplySettingsPanel(QWidget):
         self.policy_combo.setCurrentIndex(max(0, self.policy_combo.findData(s.context_policy)))
         self.policy_combo.setToolTip("What happens when a chat no longer fits the model's context")
         self.policy_combo.currentIndexChanged.connect(self._on_policy_changed)
+        self.policy_combo.currentIndexChanged.connect(
+            lambda _i: self.policy_combo.setToolTip(self.policy_combo.currentText()))
+        for combo in (self.preset_combo, self.policy_combo):  # long items never widen the column
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(12)
         self.template_label = QLabel("")
         self.template_label.setProperty("role", "muted")
         self.template_label.setWordWrap(True)

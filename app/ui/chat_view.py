@@ -1,42 +1,60 @@
 """The Chat view: conversations, sampling controls, speculation choice, streaming replies.
 
-Its panels live beside it: ``chat_conversations`` (left), ``chat_transcript`` (centre),
-``chat_reply_settings`` (right); the live plots are ``panels.LivePanels``.
+Its parts live beside it: ``chat_conversations`` (left), ``chat_toolbar`` (top bar),
+``chat_transcript`` (centre), ``chat_input`` (message box), ``chat_reply_settings`` (right),
+``chat_messages`` (editing, deleting, regenerating and refused messages); the live plots are
+``panels.LivePanels``. Streaming a reply is ``chat_reply.ReplyStream``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
-    QLabel,
-    QPlainTextEdit,
-    QPushButton,
-    QSpinBox,
+    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
 
+from app import kinds
 from app.ui.chat_conversations import ConversationsPanel
 from app.ui.chat_draft import DraftSection, model_line, template_note
+from app.ui.chat_input import InputArea
+from app.ui.chat_messages import MessageActions
+from app.ui.chat_reply import ReplyStream
 from app.ui.chat_reply_settings import ReplySettingsPanel
 from app.ui.chat_store import ChatStore, Message, to_markdown
+from app.ui.chat_toolbar import ChatToolbar
 from app.ui.chat_transcript import Transcript
-from app.ui.context_meter import ContextMeter, used_tokens
-from app.ui.format import KIND_LABELS, reply_stats
-from app.ui.live import Segment
+from app.ui.context_meter import ContextMeter
+from app.ui.elided import ElidedLabel
+from app.ui.format import KIND_LABELS
 from app.ui.panels import LivePanels
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
-from app.ui.widgets import SpecCombo, add_shortcut, splitter
-from app.ui.worker import Job, ModelState
+from app.ui.widgets import add_shortcut, splitter
+from app.ui.worker import ModelState
 
-STREAM_HZ = 15
-SAVE_EVERY_S = 1.0
+
+def scrolling(widget: QWidget) -> QScrollArea:
+    """``widget`` in a frameless area that scrolls vertically when the window is short."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setMinimumWidth(widget.minimumSizeHint().width() + area.verticalScrollBar().sizeHint().width())
+    area.setMaximumWidth(widget.maximumWidth() + area.verticalScrollBar().sizeHint().width())
+    return area
+
+
+WIDE = 1000  # the view's width from which the settings column shows by itself
 
 
 class ChatView(View):
@@ -48,25 +66,35 @@ class ChatView(View):
         super().__init__(deps, parent)
         client = self.client
         self.store = store
+        self._save_retry = QTimer(self)  # while chats wait in memory for a writable disk
+        self._save_retry.setInterval(5000)
+        self._save_retry.timeout.connect(store.retry)
+        store.on_saving = self._on_saving
+        if store.unsaved:
+            self._save_retry.start()
         self.conv_id: int | None = None
-        self._reply_conv: int | None = None
-        self.job: Job | None = None
-        self._reply_id: int | None = None
-        self._reply_segments: list[tuple[str, bool]] = []
-        self._reply_notices: list[str] = []
-        self._since_save = 0
         self._build()
-        self._stream_timer = QTimer(self)
-        self._stream_timer.setInterval(int(1000 / STREAM_HZ))
-        self._stream_timer.timeout.connect(self._drain)
-        client.job_finished.connect(self._on_finished)
+        self.reply = ReplyStream(self)
+        self.messages_ui = MessageActions(self)
         client.job_started.connect(lambda _id: self._update_buttons())
         client.job_finished.connect(lambda _id, _d: self._update_buttons())
         client.bench_finished.connect(lambda _r, _e: self._update_buttons())
-        client.job_notice.connect(self._on_notice)
-        client.job_status.connect(self._on_status)
         self._load_conversations()
         self.on_model_state(client.state)
+
+    def _on_saving(self, problem: str | None) -> None:
+        """The chats stopped being written to disk (``problem`` says why), or are saved again."""
+        if problem:
+            self.banner.show_message(problem, error=True)
+            self._save_retry.start()
+        else:
+            self._save_retry.stop()
+            self.banner.show_message("Chats are saved again: nothing typed was lost.",
+                                     timeout_ms=8000)
+
+    @property
+    def job(self):  # -> Job | None: the reply streaming now
+        return self.reply.job
 
     # -- layout ---------------------------------------------------------------------------
     def _build(self) -> None:
@@ -79,63 +107,30 @@ class ChatView(View):
         left.delete_requested.connect(self.delete_conversation)
         left.export_requested.connect(lambda: self.export_markdown())
 
-        # centre: model line, transcript, input, panels
-        self.model_label = QLabel("No model loaded")
-        self.model_label.setProperty("role", "muted")
-        change = QPushButton("Change models…")
-        change.setFlat(True)
-        change.clicked.connect(self.go_to_models.emit)
-        self.spec_combo = SpecCombo()
-        self.spec_combo.set_kind(s.draft_kind)
+        # centre: top bar, transcript, status line, input, panels
+        self.toolbar = bar = ChatToolbar(kind=s.draft_kind, width=s.draft_width,
+                                         highlight=s.highlight_drafts)
+        self.model_label, self.spec_combo = bar.model_label, bar.spec_combo
+        self.width_spin, self.highlight_box = bar.width_spin, bar.highlight_box
+        bar.change_btn.clicked.connect(self.go_to_models.emit)
         self.spec_combo.kind_changed.connect(self._on_kind_changed)
-        self.width_spin = QSpinBox()
-        self.width_spin.setRange(0, 64)
-        self.width_spin.setSpecialValueText("auto")
-        self.width_spin.setValue(s.draft_width)
-        self.width_spin.setToolTip(
-            "Draft width: tokens proposed per round (auto: 4 for a draft model, 7 for prompt lookup)"
-        )
         self.width_spin.valueChanged.connect(self._on_width_changed)
-        self.highlight_box = QCheckBox("Highlight accepted draft tokens")
-        self.highlight_box.setChecked(s.highlight_drafts)
         self.highlight_box.toggled.connect(self._on_highlight)
-        top = QHBoxLayout()
-        top.addWidget(self.model_label)
-        top.addWidget(change)
-        top.addStretch(1)
-        top.addWidget(QLabel("Speculation"))
-        top.addWidget(self.spec_combo)
-        top.addWidget(QLabel("Width"))
-        top.addWidget(self.width_spin)
-        top.addWidget(self.highlight_box)
 
         self.transcript = Transcript(self.colors, highlight=s.highlight_drafts)
-        self.input = QPlainTextEdit()
-        self.input.setObjectName("input")
-        self.input.setPlaceholderText("Write a message…  (Ctrl+Enter to send, Esc to stop)")
-        self.input.setFixedHeight(84)
-        self.input.installEventFilter(self)
-        self.send_btn = QPushButton("Send")
-        self.send_btn.setProperty("role", "primary")
-        self.send_btn.setToolTip("Send (Ctrl+Enter)")
+        self.input_area = area = InputArea(send_key=s.send_key)
+        self.input = area.box
+        self.send_btn, self.stop_btn, self.regen_btn = area.send_btn, area.stop_btn, area.regen_btn
+        self.input.send_requested.connect(self.send)
+        self.input.escape_pressed.connect(self._on_escape)
         self.send_btn.clicked.connect(self.send)
-        self.stop_btn = QPushButton("Stop")
-        self.stop_btn.setToolTip("Stop the reply (Esc)")
         self.stop_btn.clicked.connect(self.stop)
-        self.regen_btn = QPushButton("Regenerate")
-        self.regen_btn.setToolTip("Replace the last reply with a new one")
         self.regen_btn.clicked.connect(self.regenerate)
-        self.state_label = QLabel("")
-        self.state_label.setProperty("role", "muted")
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.send_btn)
-        buttons.addWidget(self.stop_btn)
-        buttons.addWidget(self.regen_btn)
-        buttons.addStretch(1)
-        input_row = QHBoxLayout()
-        input_row.addWidget(self.input, 1)
-        input_row.addLayout(buttons)
+        area.cancel_edit.connect(lambda: self.messages_ui.cancel_edit())
 
+        self.state_label = ElidedLabel("")
+        self.state_label.setObjectName("chat_state")
+        self.state_label.setProperty("role", "muted")
         self.panels = LivePanels(colors=self.colors)
         self.panels.setVisible(s.show_panels)
         self.panels_box = QCheckBox("Live panels")
@@ -150,44 +145,65 @@ class ChatView(View):
         chat_col = QWidget()
         cv = QVBoxLayout(chat_col)
         cv.setContentsMargins(0, 0, 0, 0)
-        cv.addLayout(top)
+        cv.addWidget(bar)
         cv.addWidget(self.transcript, 1)
         cv.addLayout(status_row)
-        cv.addLayout(input_row)
+        cv.addWidget(area)
         centre = splitter(Qt.Orientation.Vertical, (chat_col, 3), (self.panels, 1))
 
-        # right: generation settings
+        # right: the draft picker and the reply settings, scrolling when the window is short
         self.draft_section = DraftSection(s)
         self.draft_section.kind_chosen.connect(self.spec_combo.set_kind)
-        self.reply_settings = right = ReplySettingsPanel(s, top=self.draft_section)
-        right.changed.connect(self.settings_changed.emit)
-        right.system_changed.connect(self._on_system_changed)
-        self.system_edit = right.system_edit
-        self.temp_spin, self.top_p_spin, self.max_spin = right.temp_spin, right.top_p_spin, right.max_spin
-        self.template_label = right.template_label
+        self.reply_settings = ReplySettingsPanel(s, top=self.draft_section)
+        self.reply_settings.changed.connect(self.settings_changed.emit)
+        self.reply_settings.system_changed.connect(self._on_system_changed)
+        rs = self.reply_settings
+        self.system_edit = rs.system_edit
+        self.temp_spin, self.top_p_spin, self.max_spin = rs.temp_spin, rs.top_p_spin, rs.max_spin
+        self.template_label = rs.template_label
+        self.right = right = scrolling(rs)
+        self._right_auto = True  # shown by width until the person toggles it
+        bar.settings_btn.toggled.connect(self._on_right_toggled)
 
-        split = splitter(Qt.Orientation.Horizontal, (left, 0), (centre, 1), (right, 0),
-                         sizes=[200, 900, 260])
+        self.split = split = splitter(Qt.Orientation.Horizontal, (left, 0), (centre, 1),
+                                      (right, 0), sizes=[190, 900, 270])
+        for i in (0, 2):  # the side columns can be dragged shut on a small screen
+            split.setCollapsible(i, True)
         self.body_layout().addWidget(split)
 
         add_shortcut(self, "Ctrl+Return", self.send)
         add_shortcut(self, "Ctrl+Enter", self.send)
-        add_shortcut(self, Qt.Key.Key_Escape, self.stop)
+        add_shortcut(self, Qt.Key.Key_Escape, self._on_escape)  # stop a reply, or leave an edit
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        if self._right_auto:  # narrow: the transcript and plots keep the room
+            self._show_right(self.width() >= WIDE)
+
+    def _show_right(self, on: bool) -> None:
+        self.right.setVisible(on)
+        btn = self.toolbar.settings_btn
+        btn.blockSignals(True)
+        btn.setChecked(on)
+        btn.blockSignals(False)
+
+    def _on_right_toggled(self, on: bool) -> None:
+        self._right_auto = False
+        self._show_right(on)
+
+    def focus_input(self) -> None:
+        self.input.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def set_send_key(self, send_key: str) -> None:
+        self.settings.send_key = send_key
+        self.input.set_send_key(send_key)
         self._update_buttons()
 
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
-        # Keys on the input itself: reliable even where window shortcuts are not delivered.
-        if obj is self.input and event.type() == QEvent.Type.KeyPress:
-            key = event.key()
-            if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and (
-                event.modifiers() & Qt.KeyboardModifier.ControlModifier
-            ):
-                self.send()
-                return True
-            if key == Qt.Key.Key_Escape and self.job is not None:
-                self.stop()
-                return True
-        return super().eventFilter(obj, event)
+    def _on_escape(self) -> None:
+        if self.job is not None:
+            self.stop()
+        elif self.messages_ui.editing is not None:
+            self.messages_ui.cancel_edit()
 
     # -- theme ------------------------------------------------------------------------------
     def apply_colors(self, c: Colors) -> None:
@@ -214,15 +230,17 @@ class ChatView(View):
         busy = self.job is not None
         ready = bool(self.client.state.target) and not self.client.busy_loading
         elsewhere = self.client.busy and not busy  # Compare or Bench is measuring
-        self.send_btn.setEnabled(ready and not busy and not elsewhere)
+        editing = self.messages_ui.editing is not None if hasattr(self, "messages_ui") else False
+        self.send_btn.setEnabled((ready or editing) and not busy and not elsewhere)
         self.send_btn.setToolTip(
-            "Wait: Compare or Bench is using the engine" if elsewhere else "Send (Ctrl+Enter)"
+            "Wait: Compare or Bench is using the engine" if elsewhere else self.input_area.send_tip()
         )
         self.stop_btn.setEnabled(busy)
-        has_reply = any(m.role == "assistant" for m in self._messages()) if self.conv_id else False
+        msgs = self._messages()
+        has_reply = bool(msgs) and msgs[-1].role == "assistant"  # the last reply can be redone
         self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
-        self.width_spin.setEnabled(not busy and self.spec_combo.kind() != "none")
+        self.width_spin.setEnabled(not busy and not kinds.is_off(self.spec_combo.kind()))
         if not busy and not self.client.busy_loading:
             if not self.client.state.target:
                 self.state_label.setText("No model loaded: choose one in Models.")
@@ -243,6 +261,7 @@ class ChatView(View):
     def new_conversation(self) -> int:
         conv_id = self.store.create_conversation("New chat", self.system_edit.toPlainText())
         self._load_conversations(select=conv_id)
+        self.focus_input()
         return conv_id
 
     def delete_conversation(self) -> None:
@@ -257,11 +276,17 @@ class ChatView(View):
             return
         if self.job is not None:  # a reply streams into its own conversation: finish it first
             self.stop()
+        self.messages_ui.cancel_edit()
         self.conv_id = conv_id
         conv = self.store.conversation(conv_id)
         if conv is not None:
             self.reply_settings.set_system_prompt(conv.system_prompt)
-        self.context_meter.show_messages(self._messages())
+        msgs = self._messages()
+        self.context_meter.show_messages(msgs)
+        # another chat: no stats or plots of the previous one
+        self.panels.clear()
+        replies = [m for m in msgs if m.role == "assistant" and m.stats.get("line")]
+        self.state_label.setText(replies[-1].stats["line"] if replies else "")
         self.render()
         self._update_buttons()
 
@@ -301,13 +326,16 @@ class ChatView(View):
 
     # -- sending ---------------------------------------------------------------------------
     def send(self) -> None:
+        if self.messages_ui.editing is not None:
+            self.messages_ui.save_edit()
+            return
         text = self.input.toPlainText().strip()
         if not text or not self.send_btn.isEnabled():
             return
         if self.conv_id is None:
             self.new_conversation()
         assert self.conv_id is not None
-        self.store.add_message(self.conv_id, "user", text)
+        msg_id = self.store.add_message(self.conv_id, "user", text)
         if len([m for m in self._messages() if m.role == "user"]) == 1:
             title = text.splitlines()[0][:48]
             self.store.rename(self.conv_id, title)
@@ -317,30 +345,28 @@ class ChatView(View):
             self.transcript.clear()
         self.transcript.insert_header("user")
         self.transcript.insert_text(text, False)
-        self._start_reply()
+        self.transcript.insert_actions(msg_id, "user")
+        self.reply.start(msg_id)
 
     def regenerate(self) -> None:
         if self.job is not None or self.conv_id is None:
             return
         msgs = self._messages()
+        if not msgs or msgs[-1].role != "assistant":
+            return  # nothing to replace (the last message may be a refused one)
         while msgs and msgs[-1].role == "assistant":
             self.store.delete_message(msgs.pop().id)
         if not msgs:
             return
         self.render()
-        self._start_reply()
+        self.reply.start(msgs[-1].id)
 
     def build_request(self):  # -> GenerationRequest
         from app.engine.events import GenerationRequest, SamplingParams
 
-        turns = [
-            {"role": m.role, "content": m.content}
-            for m in self._messages()
-            if m.content.strip() and not m.stats.get("error")
-        ]
         kind = self.spec_combo.kind()
         return GenerationRequest(
-            messages=tuple(turns),
+            messages=prompt_turns(self._messages()),
             system_prompt=self.system_edit.toPlainText().strip() or None,
             draft_kind=kind,
             draft_width=self.width_spin.value() or None,
@@ -354,113 +380,17 @@ class ChatView(View):
             context_policy=self.settings.context_policy,
         )
 
-    def _start_reply(self) -> None:
-        assert self.conv_id is not None
-        request = self.build_request()
-        self._reply_segments = []
-        self._reply_notices = []
-        self._reply_id = self.store.add_message(self.conv_id, "assistant", "", status="streaming")
-        self._reply_conv = self.conv_id
-        self.transcript.insert_header("assistant")
-        self.job = Job(request=request, tag="chat")
-        self.job.live.label = "reply"
-        self.panels.set_runs([(self.job.live, "reply", self.colors.accent)])
-        self.client.submit(self.job)
-        self._since_save = 0
-        self._stream_timer.start()
-        self.state_label.setText("Waiting for the engine…")
-        self._update_buttons()
-        self.transcript.scroll_to_end()
-
     def stop(self) -> None:
         if self.job is not None:
             self.job.cancel.set()
             self.state_label.setText("Stopping…")
-
-    # -- streaming -------------------------------------------------------------------------
-    def _drain(self) -> None:
-        if self.job is None:
-            self._stream_timer.stop()
-            return
-        segments: list[Segment] = self.job.live.drain_text()
-        if not segments:
-            return
-        at_end = self.transcript.at_end()
-        visible = self.conv_id == self._reply_conv  # the user may have switched conversations
-        for seg in segments:
-            if visible:
-                self.transcript.insert_text(seg.text, seg.from_draft)
-            if self._reply_segments and self._reply_segments[-1][1] == seg.from_draft:
-                self._reply_segments[-1] = (self._reply_segments[-1][0] + seg.text, seg.from_draft)
-            else:
-                self._reply_segments.append((seg.text, seg.from_draft))
-        if at_end:
-            self.transcript.scroll_to_end()
-        self._since_save += 1
-        if self._since_save >= int(SAVE_EVERY_S * STREAM_HZ) and self._reply_id is not None:
-            self._since_save = 0
-            self.store.update_message(
-                self._reply_id,
-                content="".join(t for t, _ in self._reply_segments),
-                segments=self._reply_segments,
-                status="streaming",
-            )
-
-    def _on_status(self, job_id: int, stage: str, message: str) -> None:
-        if self.job is None or job_id != self.job.id:
-            return
-        words = {"prefill": "Reading the prompt", "warmup": "Preparing speculation",
-                 "decoding": "Generating"}
-        self.state_label.setText(words.get(stage, stage) + (f" ({message})" if message else "") + "…")
-        if stage == "prefill":
-            self.context_meter.set_used(self.job.live.snapshot().context[0])
-
-    def _on_notice(self, job_id: int, code: str, message: str) -> None:
-        if self.job is None or job_id != self.job.id:
-            return
-        self._reply_notices.append(message)
-        self.state_label.setText(message)
-
-    def _on_finished(self, job_id: int, done) -> None:
-        if self.job is None or job_id != self.job.id:
-            return
-        job = self.job
-        self._drain()
-        self._stream_timer.stop()
-        self.job = None
-        stats = reply_stats(done, job.request.draft_kind)
-        if self._reply_notices:
-            stats["notices"] = self._reply_notices
-        content = "".join(t for t, _ in self._reply_segments)
-        if done.finish_reason in ("stop", "length") and done.text and done.text != content:
-            content = done.text  # stop-string trimming: the engine's final text wins
-            self._reply_segments = [(content, False)] if not self._reply_segments else self._reply_segments
-        status = {"cancelled": "cancelled", "error": "error"}.get(done.finish_reason, "complete")
-        if self._reply_id is not None:
-            self.store.update_message(
-                self._reply_id, content=content, segments=self._reply_segments, status=status,
-                stats=stats,
-            )
-            msg = Message(self._reply_id, "assistant", content, self._reply_segments, stats, status)
-            if self.conv_id == self._reply_conv:
-                self.transcript.insert_footer(msg)
-        self._reply_id = None
-        if done.finish_reason == "error":
-            self.banner.show_message(done.error or "The reply failed.", error=True)
-            self.state_label.setText("The reply failed.")
-        else:
-            self.state_label.setText(stats["line"])
-            self.context_meter.set_used(used_tokens(stats))
-        self.transcript.scroll_to_end()
-        self._update_buttons()
-        self.reply_finished.emit(done)
 
     # -- settings ----------------------------------------------------------------------------
     def _on_kind_changed(self, kind: str) -> None:
         self.settings.draft_kind = kind
         self.draft_section.sync_kind(kind)
         self.model_label.setText(model_line(self.client.state, kind))
-        self.width_spin.setEnabled(kind != "none" and self.job is None)
+        self.width_spin.setEnabled(not kinds.is_off(kind) and self.job is None)
         reason = self.spec_combo.unavailable_reason()
         if reason:
             self.state_label.setText(
@@ -483,25 +413,21 @@ class ChatView(View):
 
     def shutdown(self) -> None:
         """Window closing: stop streaming; the partial reply is already saved on finish/next start."""
-        self._stream_timer.stop()
+        self.reply.shutdown()
         self.panels.stop()
         self.draft_section.shutdown()
-        if self.job is not None:
-            self.job.cancel.set()
-            if self._reply_id is not None:
-                self._drain_into_store()
-            self.job = None
-            self._reply_id = None
 
-    def _drain_into_store(self) -> None:
-        if self.job is not None:
-            for seg in self.job.live.drain_text():
-                self._reply_segments.append((seg.text, seg.from_draft))
-        if self._reply_id is not None:
-            self.store.update_message(
-                self._reply_id,
-                content="".join(t for t, _ in self._reply_segments),
-                segments=self._reply_segments,
-                status="cancelled",
-            )
 
+def prompt_turns(messages: list[Message]) -> tuple[dict[str, str], ...]:
+    """The turns sent to the model: refused messages, failed replies and empty ones are left
+    out, and turns of the same role in a row are joined (chat templates expect them to
+    alternate; that happens after a deletion)."""
+    turns: list[dict[str, str]] = []
+    for m in messages:
+        if not m.content.strip() or m.status == "refused" or m.stats.get("error"):
+            continue
+        if turns and turns[-1]["role"] == m.role:
+            turns[-1] = {"role": m.role, "content": turns[-1]["content"] + "\n\n" + m.content}
+        else:
+            turns.append({"role": m.role, "content": m.content})
+    return tuple(turns)

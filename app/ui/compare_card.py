@@ -9,8 +9,7 @@ from app.ui.format import KIND_LABELS, format_bytes
 from app.ui.theme import Colors
 
 
-def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
-              contention: float | None) -> str:
+def card_html(s: CompareSummary, colors: Colors, *, partial: bool) -> str:
     c = colors
     color = c.ok if s.speedup_median >= 1.05 else (c.warn if s.speedup_median >= 0.95 else c.bad)
     verdict = (
@@ -42,7 +41,7 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
         f"Off {s.off_tok_s:.1f} tok/s → on {s.on_tok_s:.1f} tok/s (medians)"
         + {"server": ", on as reported",
            "client": ", on from arrival times"}.get(s.rate_source, ""),
-        f"{KIND_LABELS.get(s.kind, s.kind)}: "
+        f"{KIND_LABELS.get(s.kind, s.kind) if s.kind else 'The endpoint'}: "
         + (f"accepted {s.accepted}/{s.proposed} ({100 * (s.acceptance or 0):.0f}%), mean "
            f"{s.accept_len_mean or 0:.2f} per round"
            + (f"; {s.copied} of them copied from the context" if s.copied else "")
@@ -59,11 +58,13 @@ def card_html(s: CompareSummary, colors: Colors, *, partial: bool,
     if s.fallback:
         lines.append(f"<span style='color:{c.warn}'>Speculation did not run: "
                      f"{html.escape(s.fallback)}</span>")
-    if contention is not None and contention > 0.25:
+    if s.contention_flagged and s.other_cores is not None:
         who = "Other programs (the endpoint too, if local)" if s.remote else "Other programs"
         lines.append(
-            f"<span style='color:{c.warn}'>{who} used {100 * contention:.0f}% of the "
-            "CPU during the measurement: the numbers may be noisy.</span>"
+            f"<span style='color:{c.warn}' title='CPU time other processes used during the "
+            f"measurement, per second: {s.other_cores:.2f} cores on average'>{who} kept about "
+            f"{s.other_cores:.1f} CPU cores busy during the measurement: the numbers may be "
+            "noisy.</span>"
         )
     for n in s.notes:
         lines.append(f"<span style='color:{c.warn}'>{html.escape(n)}</span>")

@@ -1,8 +1,9 @@
 """Compare: the off/on run plan and the result card's numbers (plain Python, no Qt).
 
-Measurement rules: ratios within one session, alternating A/B (off, on, off, on…),
-medians over repeats, a short warm-up of each mode first and never counted, and the result
-flagged when other programs competed for the CPU while it ran.
+The measurement rules are the benchmark's (``app.bench.measure``): a warm-up of each mode
+first and never counted, then off/on pairs in alternating order (off on, on off, ...), the
+median of the per-pair ratios, and the result flagged when other programs competed for the
+CPU while it ran (in cores, the bench's definition and threshold).
 """
 
 from __future__ import annotations
@@ -11,32 +12,25 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.bench import measure
+from app.bench.contention import RunContention
+from app.bench.stats import compare_tokens
+from app.remote.results import RemoteTimings
 from app.ui.format import copied_accepted
 
-WARMUP_TOKENS = 8
+MODES = ("off", "on")
 
 
-@dataclass(frozen=True)
-class PlannedRun:
-    mode: str  # "off" | "on"
-    repeat: int  # 0-based; -1 for the warm-up
-    warmup: bool = False
-
-
-def plan(runs: int, *, warmup: bool = True) -> list[PlannedRun]:
-    out = []
-    if warmup:
-        out += [PlannedRun("off", -1, True), PlannedRun("on", -1, True)]
-    for i in range(runs):
-        out += [PlannedRun("off", i), PlannedRun("on", i)]
-    return out
+def plan(runs: int, *, warmup: bool = True) -> list[measure.PlannedRun[str]]:
+    """Compare's runs: the two modes under the benchmark's plan."""
+    return measure.plan(MODES, runs, warmup=warmup)
 
 
 @dataclass
 class RunResult:
     mode: str
     repeat: int
-    done: Any  # DoneEvent
+    done: Any  # DoneEvent, or RemoteDone for an endpoint's run
 
     @property
     def tok_s(self) -> float:  # a remote endpoint's unknown rate counts as no measurement
@@ -60,9 +54,10 @@ class CompareSummary:
     accepted: int | None  # None: the remote endpoint does not report draft counts
     proposed: int | None
     accept_len_mean: float | None
-    kind: str
+    kind: str | None  # None: an endpoint that does not say
     fallback: str | None
-    cpu_contention: float | None = None  # share of the CPU other programs used
+    other_cores: float | None = None  # CPU cores other programs kept busy (mean); None: unknown
+    contention_flagged: bool = False  # above the benchmark's threshold: the numbers may be noisy
     notes: list[str] = field(default_factory=list)
     compared_by: str = "tokens"  # "text" when a side reports no token ids
     remote: str | None = None  # the endpoint of the "on" side, if remote
@@ -83,38 +78,30 @@ class CompareSummary:
         return d
 
 
-def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    if len(a) != len(b):
-        return min(len(a), len(b))
-    return None
-
-
 def summarize(
-    results: list[RunResult], *, draft_weights_bytes: int = 0, cpu_contention: float | None = None
+    results: list[RunResult], *, draft_weights_bytes: int = 0,
+    contention: RunContention | None = None,
 ) -> CompareSummary | None:
     """The result card from measured (non-warm-up) runs; None until one full off/on pair."""
     off = {r.repeat: r for r in results if r.mode == "off" and r.done.finish_reason != "error"}
     on = {r.repeat: r for r in results if r.mode == "on" and r.done.finish_reason != "error"}
-    keys = sorted(set(off) & set(on))
-    keys = [k for k in keys if off[k].tok_s > 0 and on[k].tok_s > 0]
-    if not keys:
+    keys = [k for k in sorted(set(off) & set(on)) if off[k].tok_s > 0 and on[k].tok_s > 0]
+    speed = measure.speedup([on[k].tok_s for k in keys], [off[k].tok_s for k in keys])
+    if speed is None:
         return None
-    speedups = [on[k].tok_s / off[k].tok_s for k in keys]
     first_off, first_on = off[keys[0]].done, on[keys[0]].done
     compared_by = "tokens" if first_off.token_ids and first_on.token_ids else "text"
     if compared_by == "tokens":
-        diff = first_difference(tuple(first_off.token_ids), tuple(first_on.token_ids))
+        diff = compare_tokens(first_off.token_ids, first_on.token_ids).first_divergence
         compared = min(len(first_off.token_ids), len(first_on.token_ids))
     else:  # character index of the first difference
-        diff = first_difference(tuple(first_off.text), tuple(first_on.text))
+        diff = compare_tokens(first_off.text, first_on.text).first_divergence
         compared = min(len(first_off.text), len(first_on.text))
     on_peaks = [on[k].done.timings.peak_memory_bytes for k in keys]
-    remote = getattr(first_on.timings, "endpoint", None) or None
+    on_remote = first_on.timings if isinstance(first_on.timings, RemoteTimings) else None
+    remote = (on_remote.endpoint or None) if on_remote is not None else None
     # another process's (or machine's) memory does not compare with this one's
-    mem = None if remote or None in on_peaks else int(
+    mem = None if on_remote is not None or None in on_peaks else int(
         statistics.median(on_peaks)
         - statistics.median(off[k].done.timings.peak_memory_bytes for k in keys)
     )
@@ -130,11 +117,11 @@ def summarize(
     if len(lengths) > 1:
         notes.append("Runs produced different numbers of tokens.")
     return CompareSummary(
-        pairs=len(keys),
-        speedup_median=statistics.median(speedups),
-        speedup_min=min(speedups),
-        speedup_max=max(speedups),
-        speedups=speedups,
+        pairs=speed.pairs,
+        speedup_median=speed.median,
+        speedup_min=speed.low,
+        speedup_max=speed.high,
+        speedups=list(speed.ratios),
         off_tok_s=statistics.median(off[k].tok_s for k in keys),
         on_tok_s=statistics.median(on[k].tok_s for k in keys),
         identical=diff is None,
@@ -144,15 +131,16 @@ def summarize(
         draft_weights_bytes=draft_weights_bytes,
         accepted=accepted,
         proposed=proposed,
-        accept_len_mean=(accepted / rounds if rounds else 0.0) if None not in (accepted, rounds)
-        else None,
+        accept_len_mean=None if accepted is None or rounds is None
+        else (accepted / rounds if rounds else 0.0),
         kind=on_t[0].draft_kind,
         fallback=on_t[0].fallback,
-        cpu_contention=cpu_contention,
+        other_cores=contention.mean_other_cores if contention is not None else None,
+        contention_flagged=contention.flagged if contention is not None else False,
         notes=notes,
         compared_by=compared_by,
         remote=remote,
-        rate_source=getattr(on_t[0], "rate_source", "engine"),
+        rate_source=on_remote.rate_source if on_remote is not None else "engine",
         copied=copied,
     )
 
@@ -165,36 +153,3 @@ def _total(values: Any) -> int | None:
             return None
         out += v
     return out
-
-
-class CpuMeter:
-    """Share of the machine's CPU used by other processes between ``start`` and ``stop``."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self._proc = psutil.Process()
-        self._t0: tuple[float, float, float] | None = None
-
-    def _now(self) -> tuple[float, float, float]:
-        import time
-
-        sys_t = self._psutil.cpu_times()
-        busy = sum(sys_t) - getattr(sys_t, "idle", 0.0) - getattr(sys_t, "iowait", 0.0)
-        own = sum(self._proc.cpu_times()[:2])
-        return time.monotonic(), busy, own
-
-    def start(self) -> None:
-        self._t0 = self._now()
-
-    def stop(self) -> float | None:
-        if self._t0 is None:
-            return None
-        t1 = self._now()
-        wall = t1[0] - self._t0[0]
-        if wall <= 0:
-            return None
-        cores = self._psutil.cpu_count() or 1
-        others = (t1[1] - self._t0[1]) - (t1[2] - self._t0[2])
-        return max(0.0, min(1.0, others / (wall * cores)))

@@ -22,8 +22,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
+from app.bench.contention import RunContention
+from app.bench.measure import WARMUP_TOKENS, ContentionMeter, PlannedRun
 from app.ui.compare_card import card_html
-from app.ui.compare_model import WARMUP_TOKENS, CpuMeter, PlannedRun, RunResult, plan, summarize
+from app.ui.compare_model import CompareSummary, RunResult, plan, summarize
 from app.ui.format import KIND_LABELS
 from app.ui.panels import LivePanels
 from app.ui.remote_side import RemoteSide
@@ -31,7 +34,7 @@ from app.ui.text_runs import append_run
 from app.ui.theme import Colors
 from app.ui.view_deps import View, ViewDeps
 from app.ui.widgets import SpecCombo, add_shortcut, splitter
-from app.ui.worker import Job, ModelState
+from app.ui.worker import REMOTE, Job, ModelState
 
 DEFAULT_PROMPT = (
     "Fix the spelling mistakes in this paragraph and return it unchanged otherwise:\n\n"
@@ -47,14 +50,15 @@ class CompareView(View):
     def __init__(self, deps: ViewDeps, parent: QWidget | None = None):
         super().__init__(deps, parent)
         client = self.client
-        self._plan: list[PlannedRun] = []
+        self._plan: list[PlannedRun[str]] = []
         self._step = 0
         self._job: Job | None = None
-        self._current: PlannedRun | None = None
+        self._current: PlannedRun[str] | None = None
         self.results: list[RunResult] = []
-        self.summary = None
+        self.summary: CompareSummary | None = None
         self._latest: dict[str, Job] = {}
-        self._cpu: CpuMeter | None = None
+        self._cpu: ContentionMeter | None = None
+        self._contention: RunContention | None = None  # of the last finished measurement
         self._request_meta: dict = {}
         self._api_key: str | None = None
         self._stopping = False
@@ -117,12 +121,14 @@ class CompareView(View):
         ):
             controls.addWidget(QLabel(label))
             controls.addWidget(w)
-        controls.addSpacing(12)
-        controls.addWidget(self.run_btn)
-        controls.addWidget(self.stop_btn)
-        controls.addWidget(self.export_btn)
-        controls.addWidget(self.progress)
         controls.addStretch(1)
+        # the buttons get a row of their own, so the view fits a 1024-pixel-wide window
+        actions = QHBoxLayout()
+        actions.addWidget(self.run_btn)
+        actions.addWidget(self.stop_btn)
+        actions.addWidget(self.export_btn)
+        actions.addWidget(self.progress, 1)
+        actions.addStretch(1)
         note = QLabel(
             "Greedy decoding (temperature 0): exact speculation must give the same text as "
             "plain decoding. Warm-up runs are not counted."
@@ -179,6 +185,7 @@ class CompareView(View):
         tv.addWidget(self.prompt)
         tv.addLayout(side_row)
         tv.addLayout(controls)
+        tv.addLayout(actions)
         tv.addWidget(note)
         mid = QHBoxLayout()
         mid.addLayout(texts, 1)
@@ -201,7 +208,7 @@ class CompareView(View):
             for text, draft in self._texts[mode]:
                 self._insert(view, text, draft)
         if self.summary is not None and not self._plan:
-            self._show_summary(partial=False, contention=self.summary.cpu_contention)
+            self._show_summary(partial=False, contention=self._contention)
 
     def _insert(self, view: QTextBrowser, text: str, draft: bool) -> None:
         append_run(view, text, self.colors, highlight=draft)
@@ -282,13 +289,14 @@ class CompareView(View):
         self.results = []
         self.summary = None
         self._stopping = False
+        self._contention = None
         self._latest = {}
         self.off_text.clear()
         self.on_text.clear()
         self.progress.setRange(0, len(self._plan))
         self.progress.setValue(0)
         self.card_body.setText("Measuring…")
-        self._cpu = CpuMeter()
+        self._cpu = ContentionMeter()
         self._cpu.start()
         self._request_meta = {
             "prompt": self.prompt.toPlainText(),
@@ -304,26 +312,26 @@ class CompareView(View):
         self._update_buttons()
         self._next()
 
-    def _request(self, run: PlannedRun):
+    def _make_job(self, run: PlannedRun[str]) -> Job:
         from app.engine.events import GenerationRequest, SamplingParams
 
         meta = self._request_meta
-        if run.mode == "on" and meta.get("remote"):
+        max_tokens = WARMUP_TOKENS if run.warmup else meta["max_tokens"]
+        if run.condition == "on" and meta.get("remote"):
             from app.remote.client import RemoteRequest
 
-            return RemoteRequest(
-                url=meta["remote"], prompt=meta["prompt"], temperature=0.0,
-                max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
-                api_key=self._api_key,
-            )
-        return GenerationRequest(
+            remote = RemoteRequest(url=meta["remote"], prompt=meta["prompt"], temperature=0.0,
+                                   max_tokens=max_tokens, api_key=self._api_key)
+            return Job(request=remote, tag="compare", source=REMOTE)
+        local = GenerationRequest(
             prompt=meta["prompt"],
-            draft_kind=meta["kind"] if run.mode == "on" else "none",
+            draft_kind=meta["kind"] if run.condition == "on" else kinds.OFF,
             draft_width=meta["width"],
             sampling=SamplingParams(temperature=0.0),
-            max_tokens=WARMUP_TOKENS if run.warmup else meta["max_tokens"],
+            max_tokens=max_tokens,
             allow_fallback=True,
         )
+        return Job(request=local, tag="compare")
 
     def _next(self) -> None:
         if self._stopping or self._step >= len(self._plan):
@@ -331,14 +339,14 @@ class CompareView(View):
             return
         run = self._plan[self._step]
         self._current = run
-        job = Job(request=self._request(run), tag="compare")
+        job = self._make_job(run)
         self._job = job
         what = "warm-up" if run.warmup else f"pair {run.repeat + 1}/{self._request_meta['pairs']}"
-        self.progress.setFormat(f"{what}: {'on' if run.mode == 'on' else 'off'}  (%v/%m)")
+        self.progress.setFormat(f"{what}: {run.condition}  (%v/%m)")
         if not run.warmup:
-            self._latest[run.mode] = job
-            (self.on_text if run.mode == "on" else self.off_text).clear()
-            self._texts[run.mode] = []
+            self._latest[run.condition] = job
+            (self.on_text if run.condition == "on" else self.off_text).clear()
+            self._texts[run.condition] = []
             runs = []
             if "off" in self._latest:
                 runs.append((self._latest["off"].live, "off", self.colors.off_run))
@@ -352,7 +360,7 @@ class CompareView(View):
         job = self._job
         if job is None or self._current is None or self._current.warmup:
             return
-        mode = self._current.mode
+        mode = self._current.condition
         view = self.on_text if mode == "on" else self.off_text
         for seg in job.live.drain_text():
             self._texts[mode].append((seg.text, seg.from_draft))
@@ -372,7 +380,7 @@ class CompareView(View):
             self.banner.show_message(f"Compare run failed: {done.error}", error=True)
             self._stopping = True
         elif not run.warmup:
-            self.results.append(RunResult(run.mode, run.repeat, done))
+            self.results.append(RunResult(run.condition, run.repeat, done))
             if done.finish_reason != "cancelled":
                 self._show_summary(partial=True)
         if done.finish_reason == "cancelled":
@@ -388,6 +396,8 @@ class CompareView(View):
 
     def _finish(self) -> None:
         contention = self._cpu.stop() if self._cpu is not None else None
+        self._cpu = None
+        self._contention = contention
         self._plan = []
         self._current = None
         self._text_timer.stop()
@@ -396,17 +406,18 @@ class CompareView(View):
         self._update_buttons()
         self.compare_finished.emit(self.summary)
 
-    def _show_summary(self, *, partial: bool, contention: float | None = None) -> None:
+    def _show_summary(self, *, partial: bool, contention: RunContention | None = None) -> None:
         remote = self._request_meta.get("remote")
-        local_draft = self._request_meta.get("kind") == "full-model" and not remote
+        plugin = kinds.find(self._request_meta.get("kind"))
+        local_draft = plugin is not None and plugin.draft_is_lm and not remote  # its weights
         draft_bytes = self.client.state.draft_bytes if local_draft else 0
-        s = summarize(self.results, draft_weights_bytes=draft_bytes, cpu_contention=contention)
+        s = summarize(self.results, draft_weights_bytes=draft_bytes, contention=contention)
         self.summary = s
         if s is None:
             if not partial:
                 self.card_body.setText("No complete off/on pair was measured.")
             return
-        self.card_body.setText(card_html(s, self.colors, partial=partial, contention=contention))
+        self.card_body.setText(card_html(s, self.colors, partial=partial))
 
     # -- export --------------------------------------------------------------------------------
     def export(self, path: str | None = None) -> tuple[str, str] | None:

@@ -36,6 +36,7 @@ from app.ui.format import format_bytes
 
 COLUMNS = ("Model", "Found in", "Architecture", "Quant", "Size", "Status")
 ROLE_FOUND = Qt.ItemDataRole.UserRole
+_PENDING = object()  # an import plan being worked out
 
 
 def import_command(ref: str, name: str | None = None) -> list[str]:
@@ -62,6 +63,7 @@ class FoundModelsPanel(QWidget):
     imported = Signal(str)  # store name of the new checkpoint
     import_failed = Signal(str)  # plain message
     found_listed = Signal()  # discovery shown (tests)
+    plan_shown = Signal(str)  # an import's size and precision worked out (tests)
 
     def __init__(self, bg: Background, parent: QWidget | None = None):
         super().__init__(parent)
@@ -71,6 +73,9 @@ class FoundModelsPanel(QWidget):
         self.proc: QProcess | None = None
         self._stderr_tail = ""
         self._last_error = ""
+        self.models_dir_of: Any = None  # () -> the folder imports go to (None: the default)
+        self.plans: dict[str, Any] = {}  # source path -> ImportPlan, or a plain error
+        self._plan_line = ""  # what the running import makes (its first message)
         self.setAcceptDrops(True)
         self._build()
 
@@ -183,8 +188,51 @@ class FoundModelsPanel(QWidget):
     def _update_buttons(self) -> None:
         f = self.selected()
         busy = self.proc is not None
-        self.import_btn.setEnabled(bool(f and f.supported and not busy))
+        plan = self.plans.get(str(f.path)) if f is not None else None
+        refused = isinstance(plan, str) or bool(hasattr(plan, "refusal") and plan.refusal())
+        self.import_btn.setEnabled(bool(f and f.supported and not busy and not refused))
         self.file_btn.setEnabled(not busy)
+        if f is not None and f.supported and not busy:
+            self._show_plan(f)
+
+    # -- what an import will make, said before it starts -----------------------------------------
+    def _show_plan(self, f: Any) -> None:
+        key = str(f.path)
+        plan = self.plans.get(key)
+        if plan is None:
+            self.status.setText(f"Working out how big the MLX copy of {f.name} will be…")
+            self.plans[key] = _PENDING  # one look-up per file
+            models_dir = self.models_dir_of() if self.models_dir_of else None
+
+            def work() -> Any:
+                from app.checkpoints.gguf_plan import plan_import
+
+                if models_dir is None:
+                    from app.checkpoints.store import Store
+
+                    return plan_import(f.path, dest_dir=Store().models_dir)
+                return plan_import(f.path, dest_dir=models_dir)
+
+            def done(p: Any) -> None:
+                self.plans[key] = p
+                self._plan_ready(key)
+
+            def failed(message: str) -> None:
+                self.plans[key] = message
+                self._plan_ready(key)
+
+            self.bg.run(work, done, failed)
+            return
+        if isinstance(plan, str):
+            self.status.setText(plan)
+        elif hasattr(plan, "describe"):
+            self.status.setText(plan.refusal() or plan.describe())
+
+    def _plan_ready(self, key: str) -> None:
+        self.plan_shown.emit(key)
+        f = self.selected()
+        if f is not None and str(f.path) == key:
+            self._update_buttons()
 
     # -- import ------------------------------------------------------------------------------
     def import_selected(self) -> None:
@@ -216,6 +264,7 @@ class FoundModelsPanel(QWidget):
         self._stderr_tail = ""
         self._last_error = ""
         self.status.setText(f"Importing {label}…")
+        self._plan_line = ""
         self.bar.setValue(0)
         self._set_busy(True)
         proc.start(cmd[0], cmd[1:])
@@ -241,7 +290,12 @@ class FoundModelsPanel(QWidget):
                 total = int(p.get("total") or 0)
                 if total:
                     self.bar.setValue(int(1000 * int(p.get("done") or 0) / total))
-                self.status.setText(str(p["message"]) + "…")
+                if p.get("plan"):  # what the copy will be: stays above the steps
+                    self._plan_line = str(p["message"])
+                    self.status.setText(self._plan_line)
+                    continue
+                step = str(p["message"]) + "…"
+                self.status.setText(f"{self._plan_line}\n{step}" if self._plan_line else step)
 
     def _on_finished(self, code: int, _status: Any) -> None:
         proc, self.proc = self.proc, None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-RATE_WINDOW_S = 1.0  # tokens/s is the rate over the last second (cumulative before that)
+RATE_WINDOW_S = 1.0  # tokens/s is the rate over the last second, plotted once a second has passed
 CAPACITY = 4096
 
 
@@ -141,8 +141,12 @@ class LiveRun:
             self._token_times.append(now)
             while self._token_times and now - self._token_times[0] > RATE_WINDOW_S:
                 self._token_times.popleft()
-            cumulative = self._tokens / t if t > 0 else 0.0
-            windowed = len(self._token_times) / RATE_WINDOW_S if t >= RATE_WINDOW_S else cumulative
+            if t < RATE_WINDOW_S:
+                # no measured window yet: a burst of accepted tokens over a few milliseconds
+                # would plot as a rate of thousands (``on_done`` plots a short run's overall rate)
+                return
+            cumulative = self._tokens / t
+            windowed = len(self._token_times) / RATE_WINDOW_S
             self.rate.append((t, windowed, cumulative))
 
     def on_round(self, index: int, accepted: int) -> None:
@@ -181,6 +185,13 @@ class LiveRun:
             self._done = True
             self._stage = "done"
             self._finished_at = time.perf_counter()
+            t0 = self._decode_t0
+            if self.rate.written == 0 and self._tokens and t0 is not None:
+                # a run shorter than one window: its one measured rate is the whole run's
+                t = self._finished_at - t0
+                if t > 0:
+                    rate = self._tokens / t
+                    self.rate.append((t, rate, rate))
 
     # -- reader side (GUI thread) ------------------------------------------------------------
     def drain_text(self) -> list[Segment]:

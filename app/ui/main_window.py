@@ -4,21 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QActionGroup, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QMainWindow,
     QProgressBar,
+    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.ui.chat_store import ChatStore
+from app.ui.elided import ElidedLabel
 from app.ui.settings import Settings, SettingsStore
 from app.ui.theme import Colors, apply_palette, colors_for
 from app.ui.widgets import Banner
@@ -36,6 +39,23 @@ class AppContext:
     autoload: bool = True  # load the configured pair at start
 
 
+def fit_size(width: int, height: int, area: QRect | None) -> tuple[int, int]:
+    """``width`` x ``height``, made no larger than the screen's available ``area``."""
+    if area is None or area.isEmpty():
+        return width, height
+    return min(width, area.width()), min(height, area.height())
+
+
+def view_page(view: QWidget) -> QScrollArea:
+    """A view in the window's stack. A view that needs more room than the window has scrolls
+    instead of making the window larger than the screen."""
+    page = QScrollArea()
+    page.setWidget(view)
+    page.setWidgetResizable(True)
+    page.setFrameShape(QFrame.Shape.NoFrame)
+    return page
+
+
 class MainWindow(QMainWindow):
     def __init__(self, ctx: AppContext):
         super().__init__()
@@ -45,7 +65,7 @@ class MainWindow(QMainWindow):
         self.ctx = ctx
         self.settings = ctx.settings
         self.setWindowTitle("DraftPair")
-        self.resize(1360, 860)
+        self.resize(*fit_size(1360, 860, self._screen_area()))
         self.colors: Colors = colors_for(self.settings.theme)
         self.client = EngineClient(self)
         self.banner = Banner()
@@ -67,6 +87,7 @@ class MainWindow(QMainWindow):
 
         deps = ViewDeps(self.client, self.settings, self.banner, self.colors)
         self.chat = ChatView(deps, ctx.chat_store)
+        self.chat.spec_combo.kind_changed.connect(self._show_model_status)
         self.compare = CompareView(deps)
         self.models = ModelsView(deps, ctx)
         self.views: dict[str, QWidget] = {
@@ -86,8 +107,8 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         for name, view in self.views.items():
             self.nav.addItem(name)
-            self.stack.addWidget(view)
-        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+            self.stack.addWidget(view_page(view))
+        self.nav.currentRowChanged.connect(self._on_view_changed)
         brand = QLabel("DraftPair")
         brand.setProperty("role", "title")
         brand.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -111,7 +132,7 @@ class MainWindow(QMainWindow):
         h.addWidget(right, 1)
         self.setCentralWidget(central)
 
-        self.status_model = QLabel("No model loaded")
+        self.status_model = ElidedLabel("No model loaded")
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(120)
@@ -178,6 +199,15 @@ class MainWindow(QMainWindow):
             act.setChecked(self.settings.theme == key)
             act.triggered.connect(lambda _c=False, k=key: self.set_theme(k))
             group.addAction(act)
+        view_menu.addSeparator()
+        ctrl_enter = view_menu.addAction("Send chat messages with Ctrl+Enter")
+        ctrl_enter.setCheckable(True)
+        ctrl_enter.setChecked(self.settings.send_key == "ctrl-enter")
+        ctrl_enter.setToolTip("Off: Enter sends and Shift+Enter starts a new line. On: Enter starts "
+                              "a new line and Ctrl+Enter sends.")
+        ctrl_enter.toggled.connect(self._on_send_key_toggled)
+        self.send_key_action = ctrl_enter
+        view_menu.addSeparator()
         for i, name in enumerate(self.views):
             act = view_menu.addAction(name)
             act.setShortcut(QKeySequence(f"Ctrl+{i + 1}"))
@@ -192,7 +222,8 @@ class MainWindow(QMainWindow):
         keys = help_menu.addAction("Keyboard shortcuts")
         keys.triggered.connect(
             lambda: self.banner.show_message(
-                "Ctrl+Enter sends (Chat) or runs (Compare) · Esc stops · Ctrl+1…"
+                "Enter sends in Chat (Shift+Enter: new line; Ctrl+Enter if chosen in View) · "
+                "Ctrl+Enter runs Compare · Esc stops · Ctrl+1…"
                 f"{len(self.views)} switch views · Ctrl+Q quits.",
                 timeout_ms=10000,
             )
@@ -232,20 +263,19 @@ class MainWindow(QMainWindow):
         if pending is not None and state.target:
             self.settings.target, self.settings.draft = pending
             self.schedule_save()
-        if state.target:
-            from app.ui.format import format_bytes
-
-            draft = f" · draft {state.draft} ({format_bytes(state.draft_bytes)})" if state.draft else ""
-            self.status_model.setText(
-                f"Target {state.target} ({state.precision}, {format_bytes(state.target_bytes)})"
-                f"{draft} · loaded in {state.load_seconds:.1f} s"
-            )
-        else:
-            self.status_model.setText("No model loaded")
+        self._show_model_status()
         for view in self.views.values():
             handler = getattr(view, "on_model_state", None)
             if handler is not None:
                 handler(state)
+
+    def _show_model_status(self, *_: object) -> None:
+        """What is loaded and the drafter the chat uses now (it follows the chat's kind)."""
+        from app.ui.status_line import model_status
+
+        text, tip = model_status(self.client.state, self.chat.spec_combo.kind())
+        self.status_model.setText(text)
+        self.status_model.setToolTip(tip)
 
     def _on_load_failed(self, message: str) -> None:
         self._pending_pair = None  # keep the selection that last loaded
@@ -276,6 +306,19 @@ class MainWindow(QMainWindow):
 
     def show_view(self, name: str) -> None:
         self.nav.setCurrentRow(list(self.views).index(name))
+
+    def _on_view_changed(self, row: int) -> None:
+        self.stack.setCurrentIndex(row)
+        if self.stack.currentWidget() is not None and list(self.views)[row] == "Chat":
+            self.chat.focus_input()  # back in Chat: type at once
+
+    def _on_send_key_toggled(self, on: bool) -> None:
+        self.chat.set_send_key("ctrl-enter" if on else "enter")
+        self.schedule_save()
+
+    def _screen_area(self) -> QRect | None:
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        return screen.availableGeometry() if screen is not None else None
 
     # -- theme -------------------------------------------------------------------------------
     def set_theme(self, theme: str) -> None:
@@ -316,6 +359,11 @@ class MainWindow(QMainWindow):
         geo = self._qsettings().value("window/geometry")
         if isinstance(geo, QByteArray):
             self.restoreGeometry(geo)
+        area = self._screen_area()  # saved on a larger screen: never more than this one
+        if area is not None and not self.isMaximized() and not self.isFullScreen():
+            w, h = fit_size(self.width(), self.height(), area)
+            if (w, h) != (self.width(), self.height()):
+                self.resize(w, h)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt override)
         if not self._closing:

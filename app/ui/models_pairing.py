@@ -108,16 +108,19 @@ class PairingPanel(QObject):
     def mtp_dropped(self) -> bool:
         """The selected option is the target's MTP head, which its conversion dropped."""
         data = self.selected()
-        return bool(data and data[0] == "option" and data[1].kind == "mtp"
-                    and "mtp.dropped" in data[1].report.codes())
+        return bool(data and data[0] == "option" and "mtp.dropped" in data[1].report.codes())
 
     def show_not_a_target(self, e: Any) -> None:
-        self.pair_title.setText(f"Pairing: {e.name}")
-        why = e.unsupported_reason or (
-            "It is a draft/drafter checkpoint, not a chat model; choose a chat model as the "
-            "target to see the drafts that pair with it."
-        )
+        """A model that cannot be chatted with is selected: no list under its name (and none
+        of the previous target's either, not even after a theme change)."""
+        self.pair_title.setText("Pairing")
+        if e.unsupported_reason:
+            why = f"DraftPair cannot use {e.name}: {e.unsupported_reason}"
+        else:
+            why = (f"{e.name} is a {e.kind_label}. {e.kind_explain} Select a chat model above "
+                   "to see the drafts that pair with it.")
         self.pair_hint.setText(why)
+        self.suggestions = None
         self.pair_tree.clear()
         self.details.clear()
         self.target = None

@@ -107,12 +107,12 @@ class ModelsView(View):
         self.remove_btn.clicked.connect(lambda: self.remove_selected())
         self.list_status = QLabel("")
         self.list_status.setProperty("role", "muted")
+        self.list_status.setWordWrap(True)  # never what sets the view's width
         row = QHBoxLayout()
         row.addWidget(refresh)
         row.addWidget(imp)
         row.addWidget(self.remove_btn)
-        row.addStretch(1)
-        row.addWidget(self.list_status)
+        row.addWidget(self.list_status, 1, Qt.AlignmentFlag.AlignRight)
 
         self.pairing = PairingPanel(self.bg, self.settings, self.colors, self._entry, self)
         self.pairing.shown.connect(self.pairing_shown.emit)
@@ -141,8 +141,9 @@ class ModelsView(View):
         self.cancel_btn, self.resume_btn = right.cancel_btn, right.resume_btn
         self.dl_title, self.dl_bar, self.dl_bytes = right.dl_title, right.dl_bar, right.dl_bytes
         self.found = FoundModelsPanel(self.bg)  # GGUFs from LM Studio, Ollama, llama.cpp, HF
+        self.found.models_dir_of = lambda: self._store().models_dir
         self.found.imported.connect(self._on_gguf_imported)
-        self.found.import_failed.connect(lambda m: self.banner.show_message(m, error=True))
+        self.found.import_failed.connect(lambda m: self.show_error(m))
         side = splitter(Qt.Orientation.Vertical, (self.found, 2), (right, 3))
         self.setAcceptDrops(True)  # a .gguf dropped anywhere on the view is imported
 
@@ -181,7 +182,8 @@ class ModelsView(View):
     def _on_listed(self, result: tuple[list[Any], dict[str, Any]]) -> None:
         self.entries, self.fits = result
         n = len(self.entries)
-        self.list_status.setText(f"{n} model{'s' if n != 1 else ''} · context {self.settings.context_length} tokens for memory estimates")
+        self.list_status.setText(f"{n} model{'s' if n != 1 else ''} · memory for "
+                                 f"{self.settings.context_length:,} tokens of context")
         self._fill_table()
         if self._pairing_for is None:
             current = self.settings.target or "demo"
@@ -193,6 +195,7 @@ class ModelsView(View):
         self.listed.emit()
 
     def _on_gguf_imported(self, name: str) -> None:
+        self.clear_errors()  # an earlier failed import is no longer the news
         self.banner.show_message(f"Imported {name}; it is listed under Local models.", timeout_ms=6000)
         self._just_imported = name
         self.refresh()
@@ -206,7 +209,7 @@ class ModelsView(View):
 
     def _on_list_failed(self, message: str) -> None:
         self.list_status.setText("")
-        self.banner.show_message(f"Could not list local models: {message}", error=True)
+        self.show_error(f"Could not list local models: {message}")
 
     def _fill_table(self) -> None:
         from app.checkpoints.gguf_import import converted_from
@@ -241,6 +244,8 @@ class ModelsView(View):
                 if col == 1 and e.unsupported_reason:
                     item.setForeground(QBrush(QColor(c.bad)))
                     item.setToolTip(e.unsupported_reason)
+                elif col == 1:
+                    item.setToolTip(f"{e.kind_explain}\n(kind: {e.kind})")
                 if col == 0:
                     item.setToolTip(str(e.path))
                 if col == 5 and origin:
@@ -283,7 +288,9 @@ class ModelsView(View):
         e = self._entry(self.selected_name())
         if e is None:
             return
-        if e.kind not in ("chat", "mtp-target"):
+        from app.checkpoints.inspect import TARGET_KINDS
+
+        if e.kind not in TARGET_KINDS:
             self.pairing.show_not_a_target(e)
             return
         self.show_pairing(e)
@@ -301,8 +308,7 @@ class ModelsView(View):
         draft = self.pairing.selected_draft()
         data = self.pairing.selected()
         if draft is None and data and data[0] == "excluded":
-            self.banner.show_message(f"{data[1].name} cannot draft for {target.name}: {data[1].reason}",
-                                     error=True)
+            self.show_error(f"{data[1].name} cannot draft for {target.name}: {data[1].reason}")
             return
         self.use_pair.emit(_ref(target), _ref(draft) if draft is not None else "")
 
@@ -320,21 +326,21 @@ class ModelsView(View):
         store = self._store()
 
         def done(entry: Any) -> None:
+            self.clear_errors()
             self.banner.show_message(f"Imported {entry.name} ({entry.kind_label}).", timeout_ms=6000)
             self.refresh()
 
         from app.checkpoints.pairing.load_check import refuse_unloadable
 
         self.bg.run(lambda: store.import_folder(path, check=refuse_unloadable), done,
-                    lambda m: self.banner.show_message(f"Import failed: {m}", error=True))
+                    lambda m: self.show_error(f"Import failed: {m}"))
 
     def remove_selected(self, *, confirm: bool = True) -> None:
         e = self._entry(self.selected_name())
         if e is None:
             return
         if str(e.path) in {self.client.state.target_path, self.client.state.draft_path}:
-            self.banner.show_message(f"{e.name} is loaded; load another model before removing it.",
-                                     error=True)
+            self.show_error(f"{e.name} is loaded; load another model before removing it.")
             return
         if confirm:
             what = (
@@ -354,7 +360,7 @@ class ModelsView(View):
             self.refresh()
 
         self.bg.run(lambda: store.remove(e.name), done,
-                    lambda m: self.banner.show_message(f"Could not remove {e.name}: {m}", error=True))
+                    lambda m: self.show_error(f"Could not remove {e.name}: {m}"))
 
     # -- hub -------------------------------------------------------------------------------------
     def search(self) -> None:
@@ -363,11 +369,10 @@ class ModelsView(View):
     def download_selected(self, repo_id: str | None = None) -> None:
         repo = (repo_id or self.repo_edit.text()).strip()
         if not repo or "/" not in repo:
-            self.banner.show_message("Choose a search result or type a repo id like owner/name.",
-                                     error=True)
+            self.show_error("Choose a search result or type a repo id like owner/name.")
             return
         if self._download_cancel is not None:
-            self.banner.show_message("A download is already running.", error=True)
+            self.show_error("A download is already running.")
             return
         self._start_download(repo)
 
@@ -377,7 +382,7 @@ class ModelsView(View):
         if target is None:
             return
         if self._download_cancel is not None:
-            self.banner.show_message("A download is already running.", error=True)
+            self.show_error("A download is already running.")
             return
         from app.checkpoints.mtp_source import base_model
 
@@ -438,8 +443,7 @@ class ModelsView(View):
         self._download_cancel = None
         self.hub.show_stopped(self._download_label(), message, cancelled=cancelled)
         if not cancelled:
-            self.banner.show_message(f"Download failed: {message} Press Resume to continue.",
-                                     error=True)
+            self.show_error(f"Download failed: {message} Press Resume to continue.")
         self.download_finished.emit(message)
 
     def cancel_download(self) -> None:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 from app.ui.live import LiveRun, LiveSnapshot
@@ -56,8 +56,8 @@ class LivePanels(QWidget):
     def __init__(self, parent: QWidget | None = None, *, colors: Colors = LIGHT):
         super().__init__(parent)
         self.colors = colors
-        self.rate_plot = _plot("Tokens per second (1 s window)", "tok/s", "seconds")
-        self.accept_plot = _plot("Accepted draft tokens per round", "tokens", "round")
+        self.rate_plot = _plot("Tokens/s (1 s window)", "tok/s", "seconds")
+        self.accept_plot = _plot("Accepted per round", "tokens", "round")
         self.mem_plot = _plot("Memory", "MB", "seconds")
         self.rate_plot.getPlotItem().enableAutoRange(y=False)
         self.accept_plot.getPlotItem().enableAutoRange(y=False)
@@ -70,6 +70,9 @@ class LivePanels(QWidget):
             lab.setWordWrap(True)
             lab.setTextFormat(Qt.TextFormat.RichText)
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            # room for three wrapped lines, so a narrow window never lays them over the plots
+            lab.setMinimumHeight(lab.fontMetrics().lineSpacing() * 3)
+            lab.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(8)
@@ -85,6 +88,7 @@ class LivePanels(QWidget):
             grid.addWidget(label, 1, col)
             grid.setColumnStretch(col, 1)
         self._runs: list[_RunCurves] = []
+        self._extra = 0  # height the wrapped labels need beyond their minimum
         self._ticks = 0
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / FAST_HZ))
@@ -264,7 +268,7 @@ class LivePanels(QWidget):
                 text = (
                     f"{prefix}<span style='color:{mlx_c}'>MLX {last[1]:.0f} MB</span>"
                     f" · <span style='color:{rss_c}'>RSS {last[2]:.0f} MB (dashed)</span>"
-                    f" · <span style='color:{sys_c}'>system {last[3]:.0f}% (dotted, right)</span>"
+                    f" · <span style='color:{sys_c}'>system {last[3]:.0f}% (dotted)</span>"
                     f" · swap {last[4]:.0f} MB"
                 )
                 if s.prompt_cache_bytes:
@@ -275,6 +279,28 @@ class LivePanels(QWidget):
         self.rate_label.setText("<br>".join(rate) or "–")
         self.accept_label.setText("<br>".join(acc) or "–")
         self.mem_label.setText("<br>".join(mem) or "–")
+        self._check_extra()
+
+    def _check_extra(self) -> None:
+        extra = self._labels_extra()
+        if extra != self._extra:  # the wrapped labels need more (or less) height: ask for it
+            self._extra = extra
+            self.updateGeometry()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self, self._check_extra)  # once the labels have their new width
+
+    def _labels_extra(self) -> int:
+        """Height the wrapped labels need beyond their three-line minimum at their width."""
+        labels = (self.rate_label, self.accept_label, self.mem_label)
+        return max(0, max(lab.heightForWidth(lab.width()) - lab.minimumHeight() for lab in labels))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        # a grid does not count wrapped text in its minimum: without this, a narrow window
+        # lays the labels over the plots' axis titles
+        hint = super().minimumSizeHint()
+        return QSize(hint.width(), hint.height() + self._extra)
 
     def export_png(self, path: str) -> bool:
         return self.grab().save(path, "PNG")

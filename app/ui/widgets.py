@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.kinds import KINDS
-from app.ui.format import KIND_LABELS
+from app import kinds as draft_kinds
+from app.ui.format import KIND_LABELS, kind_tooltip
 
 
 class Banner(QFrame):
@@ -69,19 +69,27 @@ class Banner(QFrame):
         while self._layout.count():
             self._remove(self._layout.itemAt(0).widget())
 
+    def dismiss(self, box: QWidget) -> None:
+        """Take one message away (nothing happens when it is already gone)."""
+        from shiboken6 import isValid
+
+        if isValid(box) and self._layout.indexOf(box) >= 0:
+            self._remove(box)
+
 
 class SpecCombo(QComboBox):
-    """Off / Draft model / Prompt lookup / MTP / DFlash; unavailable kinds disabled with why."""
+    """Every registered draft kind by its label (Off first); unavailable kinds disabled with
+    why, each kind's plain explanation as its tooltip."""
 
     kind_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None, *, include_off: bool = True):
         super().__init__(parent)
-        kinds = list(KINDS)
-        if not include_off:
-            kinds.remove("none")
-        for kind in kinds:
-            self.addItem(KIND_LABELS[kind], kind)
+        for plugin in draft_kinds.plugins():
+            if plugin.proposes or include_off:
+                self.addItem(plugin.label, plugin.name)
+                self.setItemData(self.count() - 1, kind_tooltip(plugin.name),
+                                 Qt.ItemDataRole.ToolTipRole)
         self.currentIndexChanged.connect(lambda _i: self.kind_changed.emit(self.kind()))
         self._reasons: dict[str, str | None] = {}
 
@@ -101,21 +109,28 @@ class SpecCombo(QComboBox):
         for i in range(self.count()):
             kind = self.itemData(i)
             item = model.item(i)
-            reason = reasons.get(kind) if kind != "none" else None
+            reason = reasons.get(kind) if not draft_kinds.is_off(kind) else None
             item.setEnabled(reason is None)
             label = KIND_LABELS[kind]
             item.setText(label if reason is None else f"{label} — unavailable")
-            item.setToolTip(reason[0].upper() + reason[1:] + "." if reason else "")
+            why = reason[0].upper() + reason[1:] + "." if reason else ""
+            item.setToolTip(f"{why}\n{kind_tooltip(kind)}" if why else kind_tooltip(kind))
         self.setToolTip(self.reason_text())
 
     def reason_text(self) -> str:
         reason = self._reasons.get(self.kind())
-        if reason and self.kind() != "none":
+        if reason and not draft_kinds.is_off(self.kind()):
             return f"{KIND_LABELS[self.kind()]} cannot run: {reason.rstrip('.')}."
-        return "How the reply is sped up. Unavailable choices say why in their tooltip."
+        return (f"How the reply is sped up. {_explain(self.kind())}\n"
+                "Unavailable choices say why in their tooltip.")
 
     def unavailable_reason(self) -> str | None:
-        return self._reasons.get(self.kind()) if self.kind() != "none" else None
+        return self._reasons.get(self.kind()) if not draft_kinds.is_off(self.kind()) else None
+
+
+def _explain(kind: str) -> str:
+    plugin = draft_kinds.find(kind)
+    return plugin.explanation if plugin is not None else ""
 
 
 def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> None:

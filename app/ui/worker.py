@@ -14,25 +14,38 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from app.remote.results import RemoteDone
 from app.ui.live import LiveRun
 
 _job_ids = itertools.count(1)
+ENGINE = "engine"  # the loaded Session: a GenerationRequest, ending in a DoneEvent
+REMOTE = "remote"  # an OpenAI-compatible endpoint: a RemoteRequest, ending in a RemoteDone
 
 
 @dataclass
 class Job:
     """One generate request on its way to the worker."""
 
-    request: Any  # app.engine.events.GenerationRequest, or app.remote.client.RemoteRequest
+    request: Any  # GenerationRequest (source ENGINE) or app.remote.client.RemoteRequest (REMOTE)
     live: LiveRun = field(default_factory=LiveRun)
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_job_ids))
     tag: str = ""  # who asked (chat, compare...): routing for the views
+    source: str = ENGINE  # where the job's events come from: ENGINE or REMOTE
+    # when the person pressed Send (perf_counter): the reported time to first token counts
+    # from here, so it covers everything they waited for (queue, warm-up, prompt reading)
+    sent_at: float | None = None
+    first_token_at: float | None = None  # when the first token reached this thread
+
+    def __post_init__(self) -> None:
+        if self.source not in (ENGINE, REMOTE):
+            raise ValueError(f"unknown event source {self.source!r}")
 
 
 @dataclass(frozen=True)
@@ -44,12 +57,23 @@ class ModelState:
     draft: str | None = None
     draft_path: str | None = None
     precision: str = ""
-    target_bytes: int = 0
+    target_bytes: int = 0  # weights in memory
     draft_bytes: int = 0
+    target_disk_bytes: int = 0  # the checkpoint folder on disk (what the Models table shows)
+    draft_disk_bytes: int = 0
     kinds: dict[str, str | None] = field(default_factory=dict)  # kind -> None or reason
     load_seconds: float = 0.0
     has_chat_template: bool = True
     context_length: int | None = None  # tokens the target takes (prompt + reply)
+
+
+def _disk_bytes(path: Any) -> int:
+    from app.checkpoints.store import dir_size
+
+    try:
+        return dir_size(Path(path))
+    except OSError:
+        return 0
 
 
 class EngineWorker(QObject):
@@ -59,7 +83,7 @@ class EngineWorker(QObject):
     job_started = Signal(int)
     job_status = Signal(int, str, str)  # job id, stage, message
     job_notice = Signal(int, str, str)  # job id, code, message
-    job_finished = Signal(int, object)  # job id, DoneEvent
+    job_finished = Signal(int, object)  # job id, DoneEvent (ENGINE) or RemoteDone (REMOTE)
     bench_progress = Signal(object)  # app.bench Progress
     bench_finished = Signal(object, str)  # BenchReport or None, error message
 
@@ -87,6 +111,8 @@ class EngineWorker(QObject):
             precision=t.precision,
             target_bytes=t.weight_bytes(),
             draft_bytes=d.weight_bytes() if d is not None else 0,
+            target_disk_bytes=_disk_bytes(t.path),
+            draft_disk_bytes=_disk_bytes(d.path) if d is not None else 0,
             kinds=dict(s.available_kinds()),
             load_seconds=t.load_seconds + (d.load_seconds if d is not None else 0.0),
             has_chat_template=bool(getattr(t.tokenizer, "chat_template", None)),
@@ -134,7 +160,6 @@ class EngineWorker(QObject):
             PrefillEvent,
             RoundEvent,
             StatusEvent,
-            Timings,
             TokenEvent,
         )
         from app.errors import user_message
@@ -145,7 +170,8 @@ class EngineWorker(QObject):
         try:
             if job.cancel.is_set():
                 raise _Cancelled
-            remote = _is_remote(job.request)
+            remote = job.source == REMOTE
+            events: Any
             if remote:  # an endpoint's stream, read on this thread like a local run
                 from app.remote.client import stream_remote
 
@@ -154,6 +180,8 @@ class EngineWorker(QObject):
                 events = self._ensure_session().generate(job.request, cancel=job.cancel)
             for ev in events:
                 if isinstance(ev, TokenEvent):
+                    if job.first_token_at is None and (ev.token_id >= 0 or remote):
+                        job.first_token_at = time.perf_counter()
                     # a remote piece without a token id still is one streamed token
                     live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0 or remote)
                 elif isinstance(ev, RoundEvent):
@@ -177,19 +205,16 @@ class EngineWorker(QObject):
                     self.job_status.emit(job.id, ev.stage, ev.message)
                 elif isinstance(ev, NoticeEvent):
                     self.job_notice.emit(job.id, ev.code, ev.message)
-                elif isinstance(ev, DoneEvent):
+                elif isinstance(ev, DoneEvent | RemoteDone):
                     done = ev
         except _Cancelled:
-            done = DoneEvent("", (), "cancelled", Timings(draft_kind=job.request.draft_kind))
+            done = _ended(job, "cancelled")
         except Exception as exc:  # the engine should not raise; never lose the thread if it does
-            done = DoneEvent(
-                "", (), "error", Timings(draft_kind=job.request.draft_kind),
-                error=user_message(exc),
-            )
+            done = _ended(job, "error", user_message(exc))
         if done is None:
-            done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
+            done = _ended(job, "error", "The engine ended without a result.")
         live.on_done()
-        self.job_finished.emit(job.id, done)
+        self.job_finished.emit(job.id, ttft_from_send(done, job))
 
     @Slot(object, object)
     def bench(self, config: Any, cancel: threading.Event) -> None:
@@ -219,6 +244,19 @@ class EngineWorker(QObject):
         QThread.currentThread().quit()
 
 
+def ttft_from_send(done: Any, job: Job) -> Any:
+    """``done`` with its time to first token counted from Send, when the job knows that moment
+    (never less than what the engine measured)."""
+    if job.sent_at is None or job.first_token_at is None:
+        return done
+    waited_ms = (job.first_token_at - job.sent_at) * 1e3
+    if waited_ms <= (getattr(done.timings, "ttft_ms", None) or 0.0):
+        return done
+    import dataclasses
+
+    return dataclasses.replace(done, timings=dataclasses.replace(done.timings, ttft_ms=waited_ms))
+
+
 def prefill_line(ev: Any) -> str:
     """``1,024 / 5,000 tokens · 812 tok/s · 3,000 reused`` for a PrefillEvent."""
     text = f"{ev.done:,} / {ev.total:,} tokens · {ev.tokens_per_s:,.0f} tok/s"
@@ -229,8 +267,16 @@ class _Cancelled(Exception):
     pass
 
 
-def _is_remote(request: Any) -> bool:
-    return type(request).__name__ == "RemoteRequest"  # no import: app.remote loads lazily
+def _ended(job: Job, finish_reason: str, error: str | None = None) -> Any:
+    """The end of a job that produced none itself, of its source's type."""
+    if job.source == REMOTE:
+        from app.remote.client import ended
+
+        return ended(job.request, finish_reason, error)
+    from app.engine.events import DoneEvent, Timings
+
+    return DoneEvent("", (), finish_reason, Timings(draft_kind=job.request.draft_kind),
+                     error=error)
 
 
 def _short(name: str) -> str:
@@ -277,10 +323,10 @@ class EngineClient(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self.thread = QThread()
-        self.thread.setObjectName("EngineWorker")
+        self.engine_thread = QThread()
+        self.engine_thread.setObjectName("EngineWorker")
         self.worker = EngineWorker()
-        self.worker.moveToThread(self.thread)
+        self.worker.moveToThread(self.engine_thread)
         self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
         self._unload_draft.connect(self.worker.unload_draft, Qt.ConnectionType.QueuedConnection)
         self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
@@ -301,7 +347,7 @@ class EngineClient(QObject):
         self.jobs: dict[int, Job] = {}
         self.state = ModelState()
         self.busy_loading = False
-        self.thread.start()
+        self.engine_thread.start()
 
     # commands
     def load(self, target: str, draft: str = "") -> None:
@@ -312,6 +358,8 @@ class EngineClient(QObject):
         self._unload_draft.emit()
 
     def submit(self, job: Job) -> Job:
+        if getattr(job.request, "submitted_at", 0.0) is None:  # Send: TTFT counts from here
+            job.request = replace(job.request, submitted_at=time.perf_counter())
         self.jobs[job.id] = job
         self._generate.emit(job)
         return job
@@ -378,18 +426,18 @@ class EngineClient(QObject):
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
         """Cancel running jobs, free the session on its thread, join. True when joined."""
-        if not self.thread.isRunning():
+        if not self.engine_thread.isRunning():
             return True
         self.stop()
         if self.bench_cancel is not None:
             self.bench_cancel.set()
         self._shutdown.emit()
         deadline = time.monotonic() + timeout_s
-        while self.thread.isRunning() and time.monotonic() < deadline:
+        while self.engine_thread.isRunning() and time.monotonic() < deadline:
             self.stop()  # jobs queued behind the running one see their cancel flag at once
-            self.thread.wait(50)
-        ok = not self.thread.isRunning()
+            self.engine_thread.wait(50)
+        ok = not self.engine_thread.isRunning()
         if not ok:  # last resort: never leave the process hanging on exit
-            self.thread.terminate()
-            self.thread.wait(1000)
+            self.engine_thread.terminate()
+            self.engine_thread.wait(1000)
         return ok

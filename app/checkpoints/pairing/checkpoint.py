@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.inspect import (
     KIND_DFLASH,
     KIND_UNSUPPORTED,
@@ -12,6 +13,7 @@ from app.checkpoints.inspect import (
 )
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 from app.checkpoints.rewind_rules import config_problem
+from app.fileio import special_files
 
 
 def as_info(x: str | Path | CheckpointInfo) -> CheckpointInfo:
@@ -37,6 +39,12 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
     if not p.is_dir():
         out.add(f"{role}.not_folder", BLOCKER, f"The {who} is a file, not a model folder.", str(p))
         return False
+    special = special_files(p)
+    if special:
+        name, kind = special[0]
+        out.add(f"{role}.special_file", BLOCKER, f"{name} in the {who} folder is {kind}, not an "
+                "ordinary file, so DraftPair does not load this folder.", f"{p / name}: {kind}")
+        return False
     if info.config is None:
         out.add(
             f"{role}.config_invalid",
@@ -44,6 +52,11 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
             f"The {who}'s settings file is missing or damaged, so it cannot be used.",
             f"{p / 'config.json'}: {info.config_error}",
         )
+        return False
+    problem = config_range_problem(info.config, "config.json")
+    if problem:
+        out.add(f"{role}.config_range", BLOCKER, f"The {who}'s settings are out of range: "
+                f"{problem[:1].lower()}{problem[1:]}", f"{p / 'config.json'}: {problem}")
         return False
     w = info.weights
     if w is None or not w.files:
@@ -125,7 +138,12 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
                 "config.json has no vocab_size and no embedding tensor was found",
             )
     tok = info.tokenizer
-    if tok is not None and tok.problems:
+    needs_code = remote_code_tokenizer(p)
+    if needs_code:
+        out.add(f"{role}.tokenizer_remote_code", BLOCKER,
+                f"The {who}'s tokenizer needs its own Python code ({needs_code}), which DraftPair "
+                "never runs.", "tokenizer_config.json auto_map.AutoTokenizer")
+    elif tok is not None and tok.problems:
         out.add(
             f"{role}.tokenizer_invalid",
             BLOCKER,
@@ -162,9 +180,29 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
         out.add(
             "chat_template.target_missing",
             WARNING,
-            "The target has no chat template, so it can only continue plain text, not chat.",
+            "The target has no chat template (a base model): chat joins the turns as plain "
+            "text, and it continues text best.",
             "no chat_template in tokenizer_config.json / chat_template.jinja",
         )
+    elif t.chat_template:
+        refused = template_refusal(t)
+        if refused:
+            out.add("chat_template.refused", BLOCKER, refused, "the chat template was filled in "
+                    "with a sample conversation under the size, step and time limits")
+
+
+def template_refusal(t: CheckpointInfo) -> str | None:
+    """The plain sentence refusing the model's chat template (a mistake in it, or a sample
+    conversation that takes more than the limits), None when it fills in."""
+    from app.checkpoints.chat_prompt import template_source
+    from app.checkpoints.chat_template import check_template
+
+    tok = t.tokenizer
+    variables = {k: v for k, v in (("bos_token", tok and tok.bos_token),
+                                   ("eos_token", tok and tok.eos_token),
+                                   ("pad_token", tok and tok.pad_token)) if v}
+    return check_template(str(t.chat_template), model=t.path.name, variables=variables,
+                          source=template_source(t.path))
 
 
 def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:

@@ -29,9 +29,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.pairing.report import BLOCKER, NOTE, Finding
 from app.checkpoints.safetensors_header import PICKLE_SUFFIXES, HeaderError, read_header
 from app.errors import DraftPairError, technical_detail, user_message
+from app.fileio import JSON_LIMIT, read_regular_text, special_files
 
 _DTYPES = {
     "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
@@ -61,7 +63,7 @@ def would_load(findings: list[Finding]) -> bool:
 
 def with_load_check(report):
     """``report`` (a PairingReport) with the load check's findings for its target and, for a
-    full-model pair, its draft; findings already in the report are not added twice."""
+    pair whose draft is a model of its own, its draft; findings already in the report are not added twice."""
     from dataclasses import replace
 
     from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
@@ -69,7 +71,10 @@ def with_load_check(report):
 
     new: list[Finding] = []
     roles = [("target", report.target)]
-    if report.draft is not None and report.kind == "full-model":
+    from app import kinds
+
+    plugin = kinds.find(report.kind)
+    if report.draft is not None and plugin is not None and plugin.draft_is_lm:
         roles.append(("draft", report.draft))
     for role, path in roles:
         if any(f.severity == BLOCKER and f.code.startswith(role + ".") for f in report.findings):
@@ -175,6 +180,10 @@ def _folder_ok(p: Path, out: _Out) -> bool:
     except OSError as exc:
         out.add("folder_unreadable", BLOCKER, user_message(exc, file=p), technical_detail(exc))
         return False
+    for name, kind in special_files(p)[:1]:  # reading it could wait forever, or never end
+        out.add("special_file", BLOCKER, f"{name} in {p} is {kind}, not an ordinary file, "
+                "so DraftPair does not load this folder.", f"{name}: {kind}")
+        return False
     return True
 
 
@@ -203,6 +212,10 @@ def _config(p: Path, out: _Out) -> dict | None:
         out.add("config_not_object", BLOCKER,
                 f"{cfg_path} is not a JSON object (it holds a {type(config).__name__} value).",
                 f"top-level JSON type {type(config).__name__}")
+        return None
+    problem = config_range_problem(config, f"config.json in {p}")
+    if problem:  # before any model is built: a zero or a huge count fails deep inside mlx-lm
+        out.add("config_range", BLOCKER, problem, problem)
         return None
     return config
 
@@ -251,6 +264,10 @@ def _tokenizer_files(p: Path, out: _Out) -> None:
         out.add("no_tokenizer", BLOCKER,
                 f"{p} has no tokenizer files, so text cannot be turned into tokens.",
                 "no tokenizer.json / tokenizer.model / vocab.json")
+    elif remote_code_tokenizer(p):
+        out.add("tokenizer_remote_code", BLOCKER,
+                f"The tokenizer in {p} needs its own Python code ({remote_code_tokenizer(p)}), "
+                "which DraftPair never runs.", "auto_map.AutoTokenizer with no built-in class")
     elif tok is None or tok.source == "none" or tok.problems:
         problems = " ".join(tok.problems) if tok is not None else ""
         out.add("tokenizer_damaged", BLOCKER,
@@ -280,7 +297,7 @@ def _tokenizer_load(p: Path, out: _Out) -> None:
     from app.checkpoints.load_errors import tokenizer_failure
 
     try:
-        load_tokenizer(p)
+        load_tokenizer(p, {"trust_remote_code": False})
     except Exception as exc:  # noqa: BLE001
         out.add("tokenizer_load", BLOCKER, tokenizer_failure(exc, p), technical_detail(exc))
 
@@ -313,7 +330,7 @@ def _quant_config_fallbacks(p: Path, config: dict) -> None:
     if "quantization_config" not in config and (p / "hf_quant_config.json").exists():
         try:
             config["quantization_config"] = json.loads(
-                (p / "hf_quant_config.json").read_text(encoding="utf-8"))
+                read_regular_text(p / "hf_quant_config.json", limit=JSON_LIMIT))
         except (OSError, ValueError):
             pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.checkpoints.chat_prompt import chat_text
 from app.demo.train.workdir import DEFAULT_HEAD_SIZE
 from app.errors import DraftPairError
 
@@ -87,11 +88,11 @@ def pca_embedding(target_embed, dim: int):
 
 def copy_target_layers(draft, target, layers: list[int]) -> None:
     """Give ``draft`` the target's embedding, final norm and the chosen decoder layers."""
-    from mlx.utils import tree_flatten
+    from app.engine.mlx_types import flat_arrays
 
-    src = dict(tree_flatten(target.parameters()))
+    src = dict(flat_arrays(target.parameters()))
     new = []
-    for name, _ in tree_flatten(draft.parameters()):
+    for name, _ in flat_arrays(draft.parameters()):
         if name.startswith("model.layers."):
             parts = name.split(".")
             parts[2] = str(layers[int(parts[2])])
@@ -144,7 +145,7 @@ def special_ids(tok) -> list[int]:
     ids = set(int(i) for i in tok.eos_token_ids)
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "a"}]
-    text = tok.apply_chat_template(msgs, tokenize=False)
+    text = chat_text(tok, msgs, add_generation_prompt=False)
     ids.update(int(i) for i in tok.encode(text, add_special_tokens=False))
     ids.update(int(i) for i in tok.encode("\n\n", add_special_tokens=False))
     return sorted(ids)

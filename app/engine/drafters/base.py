@@ -18,24 +18,14 @@ caches with ``app.engine.rollback.rewind_cache(cache, length)``.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 
 from app.engine.events import SamplingParams
+from app.engine.prompt_cache import CachedState
+from app.engine.proposal import Proposal
 from app.engine.taps import Hidden, TapRequest
-
-
-@dataclass
-class Proposal:
-    tokens: mx.array  # (k,) uint32; may still be lazy
-    q: mx.array | None = None  # (k, V_target) probabilities, stochastic drafters only
-    draft_ms: float = 0.0  # host time spent building the proposal
-
-    @property
-    def k(self) -> int:
-        return int(self.tokens.shape[0])
 
 
 class Drafter(abc.ABC):
@@ -80,10 +70,39 @@ class Drafter(abc.ABC):
         return self.step_cost if self.block else k * self.step_cost
 
     def warmup(self, widths: list[int]) -> None:  # noqa: B027 - optional hook
-        """Run each width once so that first-use costs are not timed."""
+        """Run each width once and time one drafting step (``draft_step_ms``)."""
+
+    def set_verify_costs(self, costs: dict[int, float]) -> None:  # noqa: B027 - optional hook
+        """The target's pass over ``n`` tokens in plain steps (``n -> cost``), from this
+        machine's calibration at the request's context, for drafters that size rounds."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release per-request state (caches)."""
 
     def stats(self) -> dict[str, Any]:
         return {}
+
+    # -- kept conversations (app.engine.reuse) -------------------------------------------
+    # A drafter with its own model state (a draft model's cache) sets ``keeps_state``: the
+    # lease keeps ``kept_state()`` between turns and hands it back through ``resume``. A
+    # drafter that reads the target's hidden states (``taps``) rebuilds its state from the
+    # rows the lease keeps for every position the target's kept cache holds
+    # (``resume_rows``), so it follows a conversation whatever kind the earlier turns used.
+    keeps_state: bool = False
+
+    def state_key(self, width: int) -> str:
+        """What a kept state must have been made by to be resumed here."""
+        return f"{self.kind}:{width}"
+
+    def kept_state(self) -> CachedState | None:
+        """After the prompt is read: the drafter's own cache and the tokens it holds."""
+        return None
+
+    def resume(self, state: CachedState) -> None:
+        """Before ``begin``: continue from a kept state (it holds a prefix of the prompt)."""
+        raise NotImplementedError(f"the {self.kind} drafter keeps no state of its own")
+
+    def resume_rows(self, rows: Hidden) -> None:
+        """Before ``begin``: the target's rows of the first ``rows.n`` positions, which the
+        target's cache already holds (a kept conversation); the prefill then brings the rest."""
+        raise NotImplementedError(f"the {self.kind} drafter reads no hidden states")

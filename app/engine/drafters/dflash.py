@@ -34,8 +34,8 @@ from app.engine.events import SamplingParams
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
+    from app.engine.drafter_context import DrafterContext
     from app.engine.models import LoadedModel
-    from app.engine.registry import DrafterContext
     from app.engine.taps import Hidden
 
 DEMO_FOLDER = "demo-dflash"
@@ -140,16 +140,14 @@ def _calibration(folder: Path) -> tuple[float, ...]:
         return ()
 
 
-def _demo_assets(ctx: DrafterContext) -> DFlashAssets | None:
-    """The shipped demo drafter, for the demo target only."""
+def demo_folder(target: LoadedModel) -> Path | None:
+    """The shipped demo drafter's folder when ``target`` is the demo target (reads nothing)."""
     from app.resources import resource_path
 
     folder = resource_path(DEMO_FOLDER)
-    if not (folder / "config.json").exists() or not _is_demo_target(ctx.target):
+    if not (folder / "config.json").exists() or not _is_demo_target(target):
         return None
-    assets = load(folder, ctx.target)
-    ctx.assets["dflash"] = assets
-    return assets
+    return folder
 
 
 def _is_demo_target(target: LoadedModel) -> bool:
@@ -163,30 +161,30 @@ def _is_demo_target(target: LoadedModel) -> bool:
         return False
 
 
-def _assets(ctx: DrafterContext) -> DFlashAssets | None:
-    a = ctx.assets.get("dflash")
-    return a if a is not None else _demo_assets(ctx)
-
-
 def unavailable(ctx: DrafterContext) -> str | None:
-    try:
-        a = _assets(ctx)
-    except DraftPairError as exc:
-        return str(exc).rstrip(".")
+    """A pure query: the loaded drafter's fit to the target, or whether one could be loaded."""
+    a = ctx.asset
     if a is None:
+        if demo_folder(ctx.target) is not None:
+            return None
         return "no DFlash drafter is loaded (choose a DFlash drafter folder as the draft)"
     return target_problem(a.config, ctx.target)
 
 
+def load_default(ctx: DrafterContext) -> DFlashAssets | None:
+    """The drafter a target gets with no folder chosen: the demo's own, for the demo target."""
+    folder = demo_folder(ctx.target)
+    return load(folder, ctx.target) if folder is not None else None
+
+
 def make(ctx: DrafterContext) -> DFlashDrafter:
-    a = _assets(ctx)
+    a = ctx.asset
     if a is None:
         raise DraftPairError("No DFlash drafter is loaded.")
     return DFlashDrafter(ctx.target, a, adaptive=bool(getattr(ctx.request, "adaptive", True)))
 
 
 class DFlashDrafter(Drafter):
-    kind = "dflash"
     block = True
     step_cost = 0.15  # until the session measures it at warm-up
 
@@ -217,6 +215,7 @@ class DFlashDrafter(Drafter):
         self.stops_early = adaptive
         self.calibration = calibration
         self._verify: dict[int, float] = {}
+        self._kept_rows: Hidden | None = None
 
     @property
     def block_size(self) -> int:
@@ -229,11 +228,21 @@ class DFlashDrafter(Drafter):
         self.cache = self.net.make_cache()
         self.rows, self.n_rows, self.n_cached, self.lost = [], 0, 0, False
         self.rounds = self.proposed = self.accepted = 0
+        kept, self._kept_rows = self._kept_rows, None
+        if kept is not None:  # a kept conversation: its rows enter the cache at the first round
+            self._take(kept)
         return []
+
+    def resume_rows(self, rows: Hidden) -> None:
+        """The drafter's context is rebuilt from the target's rows of the reused prefix: like
+        any rows not yet cached, they enter its cache in the next round's pass."""
+        self._kept_rows = rows
 
     def _take(self, hidden: Hidden | None) -> None:
         if hidden is None:
             self.lost = True  # rows missing: positions would no longer line up
+            return
+        if hidden.n == 0:  # the step fed nothing (its token waits to be fed with a round)
             return
         feats = mx.concatenate([hidden.layers[i] for i in self.cfg.target_layer_ids], axis=-1)
         self.rows.append(feats)
@@ -372,30 +381,9 @@ class DFlashDrafter(Drafter):
             ms = (time.perf_counter() - t0) * 1e3
             best = ms if best is None else min(best, ms)
         self.draft_step_ms = best
-        if self.adaptive:
-            self._verify = self._measure_verify(self.cfg.block_size)
 
-    def _measure_verify(self, widest: int) -> dict[int, float]:
-        """Target passes of 1..widest tokens after a short prefix, relative to one token."""
-        from app.engine.models import make_cache
-
-        cache = make_cache(self.target)
-        mx.eval(self.target.model(mx.zeros((1, 16), mx.uint32), cache=cache))
-        ms: dict[int, float] = {}
-        for n in [*range(1, widest + 1), *range(1, widest + 1)]:
-            t0 = time.perf_counter()
-            mx.eval(self.target.model(mx.zeros((1, n), mx.uint32), cache=cache))
-            dt = (time.perf_counter() - t0) * 1e3
-            ms[n] = min(ms.get(n, dt), dt)
-            for c in cache:
-                c.trim(n)
-        one = max(ms[1], 1e-3)
-        # costs never fall with width (timing noise): a running maximum
-        out, top = {}, 1.0
-        for n in range(1, widest + 1):
-            top = max(top, ms[n] / one)
-            out[n] = top
-        return out
+    def set_verify_costs(self, costs: dict[int, float]) -> None:
+        self._verify = dict(costs)
 
     def close(self) -> None:
         self.cache, self.rows = [], []

@@ -23,6 +23,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from app.engine.mlx_types import flat_arrays, load_arrays
 from app.errors import DraftPairError
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -44,7 +45,7 @@ class DFlashConfig:
     mask_token_id: int
     target_layer_ids: tuple[int, ...]
     num_target_layers: int
-    rope_scaling: dict | None = None
+    rope_scaling: dict[str, Any] | None = None
     layer_types: tuple[str, ...] = ()
     sliding_window: int | None = None
     schema: str = "original"  # "original" | "2026" (block_size inside dflash_config)
@@ -56,7 +57,7 @@ class DFlashConfig:
         return None
 
 
-def is_dflash_config(cfg: Mapping) -> bool:
+def is_dflash_config(cfg: Mapping[str, Any]) -> bool:
     archs = cfg.get("architectures") or []
     return ARCHITECTURE in archs or isinstance(cfg.get("dflash_config"), Mapping)
 
@@ -69,7 +70,7 @@ def default_layer_ids(num_target_layers: int, n: int) -> list[int]:
     return [int(round(start + i * (end - start) / (n - 1))) for i in range(n)]
 
 
-def read_config(cfg: Mapping) -> DFlashConfig:
+def read_config(cfg: Mapping[str, Any]) -> DFlashConfig:
     """Both schemas: the original (top-level ``block_size``, ``rope_theta``) and the June 2026
     one (``block_size`` inside ``dflash_config``, ``rope_parameters``, ``layer_types``)."""
     if not is_dflash_config(cfg):
@@ -78,7 +79,7 @@ def read_config(cfg: Mapping) -> DFlashConfig:
     if not isinstance(d, Mapping):
         raise DraftPairError("This DFlash drafter's dflash_config is not a table of settings.")
 
-    def need(key: str, *where: Mapping) -> Any:
+    def need(key: str, *where: Mapping[str, Any]) -> Any:
         for src in where:
             if key in src and src[key] is not None:
                 return src[key]
@@ -158,7 +159,7 @@ def rope_at(x: mx.array, positions: mx.array, base: float) -> mx.array:
 
 class Attention(nn.Module):
     def __init__(self, c: DFlashConfig):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.n_heads, self.n_kv, self.head_dim = (c.num_attention_heads, c.num_key_value_heads,
                                                   c.head_dim)
         self.scale = c.head_dim ** -0.5
@@ -174,7 +175,8 @@ class Attention(nn.Module):
         b, length, _ = x.shape
         return x.reshape(b, length, n, -1).transpose(0, 2, 1, 3)
 
-    def project(self, x: mx.array, ctx: mx.array):
+    def project(self, x: mx.array, ctx: mx.array
+                ) -> tuple[mx.array, mx.array, mx.array, mx.array, mx.array]:
         """(q, k_block, v_block, k_ctx, v_ctx), heads first, normed, not yet rotated."""
         q = self.q_norm(self._heads(self.q_proj(x), self.n_heads))
         kb = self.k_norm(self._heads(self.k_proj(x), self.n_kv))
@@ -183,11 +185,13 @@ class Attention(nn.Module):
         vc = self._heads(self.v_proj(ctx), self.n_kv)
         return q, kb, vb, kc, vc
 
-    def attend(self, q, k, v, mask=None) -> mx.array:
+    def attend(self, q: mx.array, k: mx.array, v: mx.array,
+               mask: mx.array | None = None) -> mx.array:
         o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return self._out(o)
 
-    def attend_masked(self, q, k, v, mask: mx.array) -> mx.array:
+    def attend_masked(self, q: mx.array, k: mx.array, v: mx.array, mask: mx.array
+                      ) -> mx.array:
         """Plain-op attention under a boolean mask (training: its gradient is cheaper on
         CPU than the fused kernel's)."""
         rep = self.n_heads // self.n_kv
@@ -199,23 +203,25 @@ class Attention(nn.Module):
 
     def _out(self, o: mx.array) -> mx.array:
         b, _, length, _ = o.shape
-        return self.o_proj(o.transpose(0, 2, 1, 3).reshape(b, length, -1))
+        out: mx.array = self.o_proj(o.transpose(0, 2, 1, 3).reshape(b, length, -1))
+        return out
 
 
 class MLP(nn.Module):
     def __init__(self, dim: int, hidden: int):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: mx.array = self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class Layer(nn.Module):
     def __init__(self, c: DFlashConfig):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.self_attn = Attention(c)
         self.mlp = MLP(c.hidden_size, c.intermediate_size)
         self.input_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
@@ -224,7 +230,7 @@ class Layer(nn.Module):
 
 class DFlashModel(nn.Module):
     def __init__(self, config: DFlashConfig):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.config = config
         h = config.hidden_size
         self.fc = nn.Linear(len(config.target_layer_ids) * h, h, bias=False)
@@ -238,14 +244,16 @@ class DFlashModel(nn.Module):
 
     def context(self, features: mx.array) -> mx.array:
         """Target features ``(..., n*H)`` -> context states ``(..., H)``."""
-        return self.hidden_norm(self.fc(features))
+        out: mx.array = self.hidden_norm(self.fc(features))
+        return out
 
-    def make_cache(self) -> list:
+    def make_cache(self) -> list[Any]:
         from mlx_lm.models.cache import KVCache
 
         return [KVCache() for _ in self.layers]
 
-    def __call__(self, block: mx.array, features: mx.array | None, cache: list) -> mx.array:
+    def __call__(self, block: mx.array, features: mx.array | None, cache: list[Any]
+                 ) -> mx.array:
         """One drafting pass. ``block`` (1, L, H) embeddings of ``[last, MASK x (L-1)]``;
         ``features`` (1, S, n*H) target rows of newly committed positions (or None), whose
         K/V are appended to ``cache``; the block's own K/V are not kept. Returns the final
@@ -275,7 +283,8 @@ class DFlashModel(nn.Module):
                 vb = mx.concatenate([values, vb], axis=2)
             h = h + a.attend(q, kb, vb)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return self.norm(h)
+        out: mx.array = self.norm(h)
+        return out
 
     def train_states(self, block: mx.array, positions: mx.array, ctx: mx.array,
                      mask: mx.array) -> mx.array:
@@ -298,7 +307,8 @@ class DFlashModel(nn.Module):
             v = mx.concatenate([vc, vb], axis=2)
             h = h + a.attend_masked(q, k, v, mask)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return self.norm(h)
+        out: mx.array = self.norm(h)
+        return out
 
 
 def sanitize(weights: dict[str, mx.array]) -> dict[str, mx.array]:
@@ -322,7 +332,7 @@ def load_model(folder: Path, dtype: mx.Dtype | None = None) -> DFlashModel:
         raise DraftPairError(f"The DFlash drafter in {folder} has no weights (*.safetensors).")
     weights: dict[str, mx.array] = {}
     for f in files:
-        weights.update(mx.load(str(f)))
+        weights.update(load_arrays(f))
     weights = sanitize(weights)
     model = DFlashModel(config)
     try:
@@ -332,11 +342,9 @@ def load_model(folder: Path, dtype: mx.Dtype | None = None) -> DFlashModel:
             f"The DFlash drafter's weights do not match its config ({folder.name}).") from exc
     if dtype is not None:
         model.set_dtype(dtype)
-    mx.eval(model.parameters())
+    mx.eval(model.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     return model
 
 
 def n_params(model: nn.Module) -> int:
-    from mlx.utils import tree_flatten
-
-    return sum(int(math.prod(v.shape)) for _, v in tree_flatten(model.parameters()))
+    return sum(int(math.prod(v.shape)) for _, v in flat_arrays(model.parameters()))

@@ -30,12 +30,14 @@ from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
 from app.engine.models import LoadedModel, dequantized_weight, make_cache
+from app.engine.prompt_cache import CachedState
 from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
 from app.engine.taps import Hidden
 from app.engine.width import DEFAULT_DRAFT_COST
+from app.errors import DraftPairError
 
 if TYPE_CHECKING:
-    from app.engine.registry import DrafterContext
+    from app.engine.drafter_context import DrafterContext
 
 
 class DraftHead:
@@ -111,7 +113,6 @@ CONFIDENCE_STOP = 0.6
 
 
 class FullModelDrafter(Drafter):
-    kind = "full-model"
     step_cost = DEFAULT_DRAFT_COST  # until the session measures it at warm-up
 
     def __init__(
@@ -139,14 +140,17 @@ class FullModelDrafter(Drafter):
         self.stops_early = bool(confidence_stop)
         self.max_width = max_width
         self.draft_step_ms: float | None = None
+        self._resume: CachedState | None = None
+        self._body: list[int] = []
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
         self.stochastic = not sampling.greedy
         body = prompt[:-1]
+        self._body = body
         self.length = len(body)  # positions the draft cache holds
         # a kept conversation's cache (app.engine.reuse) may already hold a prefix of the body
-        kept, self.resume = getattr(self, "resume", None), None
+        kept, self._resume = self._resume, None
         if kept is not None and kept.tokens == body[: kept.n]:
             self.cache, first = kept.cache, kept.n
         else:  # sliding-window layers keep room for a round's writes, so rewinds stay exact
@@ -234,6 +238,19 @@ class FullModelDrafter(Drafter):
     def close(self) -> None:
         self.cache = None
 
+    # -- kept conversations --------------------------------------------------------------
+    keeps_state = True
+
+    def state_key(self, width: int) -> str:
+        return f"{self.kind}:{self.draft.path}:{width}"
+
+    def kept_state(self) -> CachedState | None:
+        """The draft cache after the prompt: it holds the prompt but its last token."""
+        return CachedState(list(self._body), self.cache) if self.cache is not None else None
+
+    def resume(self, state: CachedState) -> None:
+        self._resume = state
+
     def stats(self) -> dict[str, Any]:
         return {
             "reduced_head": self.head.reduced,
@@ -242,15 +259,10 @@ class FullModelDrafter(Drafter):
         }
 
 
-def make(ctx: DrafterContext) -> FullModelDrafter:
-    from app.engine.registry import spec
-
-    assert ctx.draft is not None
+def make(ctx: DrafterContext, default_width: int) -> FullModelDrafter:
+    draft = ctx.asset
+    if draft is None:
+        raise DraftPairError("No draft model is loaded.")
     req = ctx.request
-    return FullModelDrafter(ctx.draft, target_vocab=ctx.target.vocab_size,
-                            adaptive=req.adaptive,
-                            max_width=req.draft_width or spec("full-model").default_width)
-
-
-def unavailable(ctx: DrafterContext) -> str | None:
-    return None if ctx.draft is not None else "no draft model is loaded"
+    return FullModelDrafter(draft, target_vocab=ctx.target.vocab_size, adaptive=req.adaptive,
+                            max_width=req.draft_width or default_width)

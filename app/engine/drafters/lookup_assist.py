@@ -15,9 +15,10 @@ them; the model drafter observes their tokens as committed text, with the target
 
 from __future__ import annotations
 
-from app.engine.drafters.base import Drafter, Proposal
+from app.engine.drafters.base import Drafter
 from app.engine.drafters.prompt_lookup import PromptLookupDrafter
 from app.engine.events import SamplingParams
+from app.engine.proposal import Proposal
 from app.engine.verify import choose_rule
 
 # measured on the demo's plain chat replies: a 2-token match guesses the next token 0.61 of

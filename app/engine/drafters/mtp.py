@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
@@ -29,6 +29,10 @@ from app.engine.drafters.mtp_head import POSTNORM, BoundHead, MTPHead
 from app.engine.events import SamplingParams
 from app.engine.rollback import rewind_cache
 from app.engine.taps import Hidden, TapRequest
+from app.errors import DraftPairError
+
+if TYPE_CHECKING:
+    from app.engine.drafter_context import DrafterContext
 
 
 def _tap_request(head: MTPHead) -> TapRequest:
@@ -39,7 +43,6 @@ def _tap_request(head: MTPHead) -> TapRequest:
 
 
 class MTPDrafter(Drafter):
-    kind = "mtp"
 
     def __init__(self, head: MTPHead, target_model, *, target_vocab: int,
                  reuse_draft_kv: bool = False):
@@ -52,6 +55,7 @@ class MTPDrafter(Drafter):
         self.stochastic = False
         self.sampling = SamplingParams()
         self.draft_step_ms: float | None = None
+        self._kept_rows: Hidden | None = None
         self._reset([])
         self.n_proposed = self.n_accepted = self.n_rounds = 0
 
@@ -72,6 +76,8 @@ class MTPDrafter(Drafter):
         if hidden is None:
             return None
         rows = hidden.final_postnorm if self.head.hidden_state == POSTNORM else hidden.final_prenorm
+        if rows is None and isinstance(hidden, Hidden) and hidden.n == 0:
+            return None  # a step that fed nothing (its token waits to be fed with a round)
         if rows is None:
             raise RuntimeError(f"the target pass did not return the {self.head.hidden_state} "
                                "state the MTP head reads")
@@ -109,7 +115,15 @@ class MTPDrafter(Drafter):
         self.sampling = sampling
         self.stochastic = not sampling.greedy
         self._reset(prompt)
+        kept, self._kept_rows = self._kept_rows, None
+        if kept is not None:  # a kept conversation: its rows, paired with the first chunk
+            self._add_rows(self._rows_of(kept))
         return []
+
+    def resume_rows(self, rows: Hidden) -> None:
+        """The head's cache is rebuilt from the target's rows of the reused prefix: they are
+        paired at the first prefill chunk, in the one head pass that pairs the chunk's."""
+        self._kept_rows = rows
 
     def prefill(self, tokens: list[int], hidden: Hidden | None) -> None:
         self._add_rows(self._rows_of(hidden))
@@ -202,15 +216,15 @@ def load(path: Path | str, target) -> MTPHead:
     return load_head(Path(path), target)
 
 
-def unavailable(ctx) -> str | None:
+def unavailable(ctx: DrafterContext) -> str | None:
+    """A pure query: reads names in the target's files, not tensors (none once loaded)."""
     from app.engine.drafters.mtp_load import problem_for
 
-    return problem_for(ctx.target, ctx.assets)
+    return None if ctx.asset is not None else problem_for(ctx.target)
 
 
-def make(ctx) -> MTPDrafter:
-    head = ctx.assets.get("mtp")
+def make(ctx: DrafterContext) -> MTPDrafter:
+    head = ctx.asset
     if head is None:
-        head = load(ctx.target.path, ctx.target)
-        ctx.assets["mtp"] = head
+        raise DraftPairError("No MTP head is loaded.")
     return MTPDrafter(head, ctx.target.model, target_vocab=ctx.target.vocab_size)

@@ -16,9 +16,10 @@ head's own folder.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -47,7 +48,7 @@ def inner_model(model: nn.Module) -> nn.Module:
     inner = getattr(lm, "model", lm)
     if not hasattr(inner, "embed_tokens"):
         raise AttributeError(f"no embed_tokens in {type(model).__name__}")
-    return inner
+    return cast(nn.Module, inner)
 
 
 def text_args(model: nn.Module) -> Any:
@@ -79,21 +80,22 @@ def new_layer_like(model: nn.Module) -> nn.Module:
         kwargs["layer_idx"] = idx
     first = next(iter(params))
     kwargs[first] = args
-    return cls(**kwargs)
+    layer: nn.Module = cls(**kwargs)
+    return layer
 
 
 class MTPModule(nn.Module):
     """Weights in the Qwen3.5 naming (``fc``, ``pre_fc_norm_*``, ``layers.0``, ``norm``)."""
 
     def __init__(self, layer: nn.Module, hidden_size: int, eps: float):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.fc = nn.Linear(2 * hidden_size, hidden_size, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(hidden_size, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(hidden_size, eps=eps)
         self.layers = [layer]
         self.norm = nn.RMSNorm(hidden_size, eps=eps)
 
-    def __call__(self, embeds: mx.array, hidden: mx.array, cache: list | None = None,
+    def __call__(self, embeds: mx.array, hidden: mx.array, cache: list[Any] | None = None,
                  mask: Any = None) -> tuple[mx.array, mx.array]:
         """``embeds``, ``hidden``: (B, L, H). Returns (state before ``norm``, after ``norm``)."""
         from mlx_lm.models.base import create_attention_mask
@@ -132,13 +134,13 @@ class MTPHead:
         return post if self.hidden_state == POSTNORM else pre
 
 
-def target_head(model: nn.Module):
+def target_head(model: nn.Module) -> Callable[[mx.array], mx.array]:
     """The target's output layer: its LM head, or its embedding read as one (tied)."""
     lm = getattr(model, "language_model", model)
     head = getattr(lm, "lm_head", None) or getattr(model, "lm_head", None)
-    if head is not None:
-        return head
-    return inner_model(model).embed_tokens.as_linear
+    out: Callable[[mx.array], mx.array] = (
+        head if head is not None else inner_model(model).embed_tokens.as_linear)
+    return out
 
 
 class BoundHead:
@@ -154,10 +156,10 @@ class BoundHead:
         self.weight = head.head_weight
 
     def embeds(self, tokens: mx.array) -> mx.array:
-        e = self.embed(tokens)
+        e: mx.array = self.embed(tokens)
         return e * self.embed_scale if self.embed_scale != 1.0 else e
 
-    def step(self, tokens: mx.array, hidden: mx.array, cache: list | None,
+    def step(self, tokens: mx.array, hidden: mx.array, cache: list[Any] | None,
              last_only: bool = False) -> tuple[mx.array, mx.array]:
         """Tokens (L,) and hidden rows (L, H) -> (head logits (L, V'), chain state (L, H));
         ``last_only``: of the last row only (pairing a prompt needs no other row's logits,
@@ -168,12 +170,12 @@ class BoundHead:
         return self.logits(post), self.head.chain_state(pre, post)
 
     def logits(self, post: mx.array) -> mx.array:
-        if self.weight is not None:
-            return post @ self.weight.T
-        return self.full_head(post)
+        out: mx.array = post @ self.weight.T if self.weight is not None else self.full_head(post)
+        return out
 
     def to_target_ids(self, ids: mx.array) -> mx.array:
-        return self.ids[ids] if self.ids is not None else ids
+        out: mx.array = self.ids[ids] if self.ids is not None else ids
+        return out
 
     def to_target_probs(self, q: mx.array, vocab: int) -> mx.array:
         if self.ids is not None:

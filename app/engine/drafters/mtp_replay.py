@@ -17,13 +17,16 @@ into a weak head or a loop that loses what the head got right.
 
 from __future__ import annotations
 
+from typing import Any
+
 import mlx.core as mx
 
 from app.engine import taps as tp
 from app.engine.drafters.mtp_head import POSTNORM, BoundHead, MTPHead
+from app.engine.mlx_types import int_list
 
 
-def head_predictions(target_model, head: MTPHead, tokens: list[int]) -> list[int]:
+def head_predictions(target_model: Any, head: MTPHead, tokens: list[int]) -> list[int]:
     """``pred[p]``: the head's first proposal for ``tokens[p + 2]`` given ``tokens[:p + 2]``
     (the target's state at ``p`` and the token at ``p + 1``), for ``p`` in
     ``0 .. len(tokens) - 3``."""
@@ -35,12 +38,14 @@ def head_predictions(target_model, head: MTPHead, tokens: list[int]) -> list[int
     _, hidden = tp.forward(target_model, mx.array(tokens, dtype=mx.uint32),
                            make_prompt_cache(target_model),
                            tp.TapRequest(final_postnorm=post, final_prenorm=not post))
-    rows = hidden.final_postnorm if post else hidden.final_prenorm
+    rows = None if hidden is None else hidden.final_postnorm if post else hidden.final_prenorm
+    if rows is None:
+        raise RuntimeError("the target pass returned no hidden states for the head")
     bound = BoundHead(head, target_model)
     cache = [KVCache() for _ in head.module.layers]
     logits, _ = bound.step(mx.array(tokens[1:-1], dtype=mx.uint32), rows[:-2], cache)
     pred = bound.to_target_ids(mx.argmax(logits, axis=-1))
-    return [int(x) for x in pred.tolist()]
+    return int_list(pred)
 
 
 def agreement(pred: list[int], tokens: list[int], start: int) -> tuple[int, int]:

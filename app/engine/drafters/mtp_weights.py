@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import mlx.nn as nn
 
 QWEN_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 NEXTN_TYPES = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite")
@@ -53,9 +57,10 @@ class Found:
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
-        return json.loads((path / "config.json").read_text())
+        data = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +115,7 @@ def _nextn_prefix(config: dict[str, Any]) -> str:
     return f"model.layers.{n}."
 
 
-def _selects(layout: str, config: dict[str, Any]):
+def _selects(layout: str, config: dict[str, Any]) -> Callable[[str], bool]:
     if layout == "qwen3_5":
         return lambda k: k.startswith("mtp.") or k.startswith("model.mtp.")
     prefix = _nextn_prefix(config)
@@ -158,12 +163,12 @@ def _is_mlx_file(path: Path) -> bool:
 
 def load_tensors(found: Found) -> dict[str, Any]:
     """The head's tensors under ``MTPModule`` names (``fc``, ``layers.0.*``, ...)."""
-    import mlx.core as mx
+    from app.engine.mlx_types import load_arrays
 
     raw: dict[str, Any] = {}
     mlx_format = False
     for f, keys in found.files.items():
-        arrays = mx.load(str(f))
+        arrays = load_arrays(f)
         mlx_format = mlx_format or _is_mlx_file(f)
         for k in keys:
             if k in arrays:
@@ -215,11 +220,11 @@ def _stack_experts(w: dict[str, Any]) -> dict[str, Any]:
     return w
 
 
-def shape_problems(module, tensors: dict[str, Any]) -> list[str]:
+def shape_problems(module: nn.Module, tensors: dict[str, Any]) -> list[str]:
     """Names that are missing, unexpected or of the wrong shape for ``module``."""
-    from mlx.utils import tree_flatten
+    from app.engine.mlx_types import flat_arrays
 
-    want = dict(tree_flatten(module.parameters()))
+    want = dict(flat_arrays(module.parameters()))
     quantized = any(k.endswith(".scales") for k in tensors)
     problems = []
     for k, v in want.items():

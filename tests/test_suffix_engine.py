@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 
 from app import kinds
-from app.engine.events import RULE_GREEDY, RULE_SAMPLE_MATCH, DoneEvent, GenerationRequest
-from app.engine.events import SamplingParams
+from app.engine.events import (
+    RULE_GREEDY,
+    RULE_SAMPLE_MATCH,
+    DoneEvent,
+    GenerationRequest,
+    SamplingParams,
+)
 from app.engine.session import Session
 from app.engine.suffix_memory import scope_for_key
 from tests.builders import make_trained_checkpoint

@@ -117,15 +117,30 @@ def _parse(item: Any, i: int, file: Path) -> SequenceTask:
     return SequenceTask(sid, kind, str(item.get("title") or sid), max_tokens, tuple(parsed))
 
 
-def plan(kinds: Any) -> list[SeqCondition]:
-    """Plain, prompt lookup, and suffix decoding first-use and warmed (``kinds``: the kind
-    names this version knows, from the registry)."""
-    return [
-        SeqCondition(OFF, kinds.NONE),
-        SeqCondition(kinds.label(kinds.PROMPT_LOOKUP), kinds.PROMPT_LOOKUP),
-        SeqCondition(f"{kinds.label(kinds.SUFFIX)}, {FIRST_USE}", kinds.SUFFIX, FIRST_USE),
-        SeqCondition(f"{kinds.label(kinds.SUFFIX)}, {WARMED}", kinds.SUFFIX, WARMED),
-    ]
+def default_kinds() -> list[str]:
+    """The kinds that need no model of their own (they all copy text): prompt lookup, suffix
+    decoding, and whatever else proposes without weights."""
+    from app import kinds
+
+    return [p.name for p in kinds.drafting() if not p.needs_draft_folder and not p.needs_taps]
+
+
+def plan(kind_names: list[str]) -> list[SeqCondition]:
+    """Plain decoding, then each kind; a kind that keeps earlier replies twice, first use and
+    warmed."""
+    from app import kinds
+
+    conditions = [SeqCondition(OFF, kinds.OFF)]
+    for name in kind_names:
+        p = kinds.get(name)
+        if not p.proposes:
+            continue
+        if p.keeps_replies:
+            conditions.append(SeqCondition(f"{p.label}, {FIRST_USE}", p.name, FIRST_USE))
+            conditions.append(SeqCondition(f"{p.label}, {WARMED}", p.name, WARMED))
+        else:
+            conditions.append(SeqCondition(p.label, p.name))
+    return conditions
 
 
 def run_sequences(
@@ -145,7 +160,7 @@ def run_sequences(
 
     say = progress or (lambda msg: None)
     cancel = cancel or threading.Event()
-    memory = session.suffix_memory
+    memory = session.replies
     report = SequenceReport(
         config={"tasks": [t.id for t in tasks], "temperatures": list(temperatures),
                 "runs": runs, "max_tokens": max_tokens, "seed": seed},
@@ -172,7 +187,7 @@ def run_sequences(
                             messages=messages, draft_kind=cond.draft_kind,
                             sampling=SamplingParams(temperature=temp, seed=seed + rep),
                             max_tokens=max_tokens or task.max_tokens, allow_fallback=False,
-                            memory_interval_s=3600.0, suffix_scope=scopes.get(cond.name))
+                            memory_interval_s=3600.0, reply_scope=scopes.get(cond.name))
                         done = None
                         for ev in session.generate(request, cancel=cancel):
                             if isinstance(ev, DoneEvent):

@@ -56,7 +56,7 @@ class SuffixIndex:
     def __init__(self, *, max_match: int = 32, max_occurrences: int = 64):
         self.max_match = max_match
         self.max_occurrences = max_occurrences
-        self.seqs: dict[int, array] = {}
+        self.seqs: dict[int, array[int]] = {}
         self.pairs: dict[tuple[int, int], list[int]] = {}
         self._next_id = 0
         self.n_tokens = 0
@@ -113,7 +113,7 @@ class SuffixIndex:
         positions = self.pairs.get((context[-2], context[-1]))
         if not positions:
             return NOTHING
-        found: list[tuple[array, int, int]] = []  # (sequence, end of the match, match length)
+        found: list[tuple[array[int], int, int]] = []  # (sequence, end of the match, match length)
         for packed in positions[-self.max_occurrences:]:
             seq = self.seqs[packed >> _POS_BITS]
             end = packed & ((1 << _POS_BITS) - 1)
@@ -132,7 +132,7 @@ class SuffixIndex:
                 best = spec
         return best
 
-    def _match(self, seq: array, end: int, context: Sequence[int]) -> int:
+    def _match(self, seq: array[int], end: int, context: Sequence[int]) -> int:
         """How many tokens before ``end`` in ``seq`` equal the end of ``context``."""
         n = SEED
         limit = min(self.max_match, end, len(context))
@@ -142,7 +142,7 @@ class SuffixIndex:
 
     @staticmethod
     def _walk(
-        group: list[tuple[array, int]], limit: int, min_prob: float, match: int
+        group: list[tuple[array[int], int]], limit: int, min_prob: float, match: int
     ) -> Speculation:
         tokens: list[int] = []
         probs: list[float] = []

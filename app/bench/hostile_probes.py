@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app import kinds as draft_kinds
 from app.bench.soak import PROMPTS
 
 
@@ -142,7 +143,7 @@ _WRONG = [
     ("stop", 5),
     ("stop", ["x"] * 100),
     ("draftpair", [1]),
-    ("draftpair", {"draft_kind": ["none"]}),
+    ("draftpair", {"draft_kind": [draft_kinds.OFF]}),
     ("draftpair", {"draft_width": "wide"}),
     ("draftpair", {"nope": 1}),
     ("n", 3),

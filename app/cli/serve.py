@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+from app import kinds
+from app.cli import kind_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,9 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", help="draft model folder (default for --model demo: the shipped "
                    "demo draft)")
     p.add_argument("--no-draft", action="store_true", help="load no draft model")
-    p.add_argument("--draft-kind", choices=KINDS, default=None,
-                   help="default draft kind of requests (default: full-model with a draft, "
-                   "else none); a request may ask for another in its 'draftpair' field")
+    p.add_argument("--draft-kind", choices=kind_args.choices(), default=None,
+                   help="default draft kind of requests (default: the kind of the loaded "
+                   f"draft, else {kinds.OFF}); a request may ask for another in its "
+                   "'draftpair' field")
     p.add_argument("--draft-width", type=int, default=None,
                    help="default proposals per round (default: the kind's own)")
     p.add_argument("--host", default="127.0.0.1",
@@ -66,13 +68,14 @@ def run(args: argparse.Namespace) -> int:
     from app.server.runner import LOOPBACK, ServerConfig, serve
 
     draft = None if args.no_draft else args.draft
-    if draft is None and not args.no_draft and args.model == "demo" and args.draft_kind in (
-        None, "full-model"
-    ):
-        from app.demo.target import demo_draft_available, demo_draft_path
+    demo_kind = kinds.get(args.draft_kind) if args.draft_kind else kinds.for_folder({})
+    if (draft is None and not args.no_draft and args.model == "demo" and demo_kind is not None
+            and demo_kind.demo_draft):
+        from app.resources import resource_path
 
-        if demo_draft_available():
-            draft = str(demo_draft_path())
+        folder = resource_path(demo_kind.demo_draft)  # the kind's built-in draft for the demo
+        if (folder / "config.json").is_file():
+            draft = str(folder)
     config = ServerConfig(
         model=args.model, draft=draft, default_kind=args.draft_kind,
         default_width=args.draft_width, host=args.host, port=args.port, api_key=args.api_key,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.kinds import OFF
+
 # Acceptance rules (app/engine/verify.py); reported in timings.acceptance_rule.
 RULE_NONE = "none"  # plain decoding
 RULE_GREEDY = "greedy"  # temperature 0: argmax match, exact
@@ -43,7 +45,7 @@ class GenerationRequest:
     prompt_tokens: tuple[int, ...] | None = None
     chat: bool = True  # apply the tokenizer's chat template to ``prompt``
     system_prompt: str | None = None
-    draft_kind: str = "none"
+    draft_kind: str = OFF
     draft_width: int | None = None  # proposals per round; None = the kind's default
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = 256
@@ -156,7 +158,7 @@ class Timings:
     copy_n: int = 0
     copy_n_accepted: int = 0
     copy_rounds: int = 0
-    draft_kind: str = "none"
+    draft_kind: str = OFF
     accept_len_mean: float = 0.0  # draft_n_accepted / draft_rounds
     acceptance_rate: float = 0.0  # draft_n_accepted / draft_n
     tokens_per_verify: float = 0.0  # emitted tokens / target verify passes

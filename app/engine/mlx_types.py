@@ -61,3 +61,12 @@ def load_arrays(path: str | Path) -> dict[str, mx.array]:
     if not isinstance(out, dict):
         raise ValueError(f"{path} holds no named arrays")
     return out
+
+
+def load_lm(path: str | Path) -> tuple[Any, Any]:
+    """``mlx_lm.load``'s model and tokenizer (its annotation also allows a third item, the
+    config, which it returns only when asked)."""
+    from mlx_lm import load
+
+    loaded = load(str(path))
+    return loaded[0], loaded[1]

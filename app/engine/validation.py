@@ -102,7 +102,7 @@ def _prompt_problems(req, vocab_rows: int | None = None) -> list[str]:
 def problems(request, *, vocab_rows: int | None = None) -> list[str]:
     """Every problem with ``request`` (a GenerationRequest), as plain phrases; with
     ``vocab_rows`` (the model's embedding rows) prompt token ids are checked against it."""
-    from app.kinds import KINDS as DRAFT_KINDS
+    from app import kinds
 
     out = _prompt_problems(request, vocab_rows)
     if not _whole(request.max_tokens) or request.max_tokens < 1:
@@ -110,9 +110,9 @@ def problems(request, *, vocab_rows: int | None = None) -> list[str]:
     elif request.max_tokens > MAX_OUTPUT_TOKENS:
         out.append(f"max tokens must be at most {MAX_OUTPUT_TOKENS:,} (got {request.max_tokens:,})")
     out += _sampling_problems(request.sampling)
-    if request.draft_kind not in DRAFT_KINDS:
+    if request.draft_kind not in kinds.names():
         out.append(f"the draft kind {request.draft_kind!r} is unknown "
-                   f"(choose {', '.join(DRAFT_KINDS)})")
+                   f"(choose {', '.join(kinds.names())})")
     w = request.draft_width
     if w is not None and (not _whole(w) or not 1 <= w <= MAX_WIDTH):
         out.append(f"the draft width must be between 1 and {MAX_WIDTH} (got {w!r})")

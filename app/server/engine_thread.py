@@ -288,9 +288,11 @@ class EngineThread:
         target = session.load_target(self.model)
         if self.draft:
             session.load_draft(self.draft)
+        from app.kinds import OFF
+
         kinds = dict(session.available_kinds())
-        default = self.default_kind or ("full-model" if session.draft is not None else "none")
-        if default != "none" and kinds.get(default):
+        default = self.default_kind or session.draft_kind or OFF  # the loaded draft's kind
+        if kinds.get(default):
             raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default].rstrip('.')}.")
         self.info = ModelInfo(
             id=self.model_id or target.name,

@@ -119,8 +119,8 @@ def _message(m: Any, i: int) -> dict[str, str]:
 
 
 def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any) -> Parsed:
+    from app import kinds
     from app.engine.events import GenerationRequest, SamplingParams
-    from app.kinds import KINDS as DRAFT_KINDS
 
     model = body.get("model")
     if model is not None and model not in (info.id, info.target):
@@ -150,11 +150,11 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
                        f"{', '.join(sorted(EXTENSION_KEYS))}.",
                        param=f"draftpair.{shown(unknown[0], quote=False)}")
     kind = ext.get("draft_kind", info.default_kind)
-    if not isinstance(kind, str) or kind not in DRAFT_KINDS:
+    if not isinstance(kind, str) or kind not in kinds.names():
         raise ApiError(400, f"Unknown draft kind {shown(kind)}; choose one of "
-                       f"{', '.join(DRAFT_KINDS)}.", param="draftpair.draft_kind")
+                       f"{', '.join(kinds.names())}.", param="draftpair.draft_kind")
     allow_fallback = _bool(ext, "allow_fallback", True, "draftpair.")
-    reason = info.kinds.get(kind) if kind != "none" else None
+    reason = info.kinds.get(kind)  # None when it runs (the off kind always does)
     if reason and not allow_fallback:
         raise ApiError(400, f"Speculation ({kind}) cannot run on this server: {reason}.",
                        param="draftpair.draft_kind", code="draft_kind_unavailable")

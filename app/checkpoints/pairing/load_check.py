@@ -63,7 +63,7 @@ def would_load(findings: list[Finding]) -> bool:
 
 def with_load_check(report):
     """``report`` (a PairingReport) with the load check's findings for its target and, for a
-    full-model pair, its draft; findings already in the report are not added twice."""
+    pair whose draft is a model of its own, its draft; findings already in the report are not added twice."""
     from dataclasses import replace
 
     from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
@@ -71,7 +71,10 @@ def with_load_check(report):
 
     new: list[Finding] = []
     roles = [("target", report.target)]
-    if report.draft is not None and report.kind == "full-model":
+    from app import kinds
+
+    plugin = kinds.find(report.kind)
+    if report.draft is not None and plugin is not None and plugin.draft_is_lm:
         roles.append(("draft", report.draft))
     for role, path in roles:
         if any(f.severity == BLOCKER and f.code.startswith(role + ".") for f in report.findings):

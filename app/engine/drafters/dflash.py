@@ -34,8 +34,8 @@ from app.engine.events import SamplingParams
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
+    from app.engine.drafter_context import DrafterContext
     from app.engine.models import LoadedModel
-    from app.engine.registry import DrafterContext
     from app.engine.taps import Hidden
 
 DEMO_FOLDER = "demo-dflash"
@@ -140,16 +140,14 @@ def _calibration(folder: Path) -> tuple[float, ...]:
         return ()
 
 
-def _demo_assets(ctx: DrafterContext) -> DFlashAssets | None:
-    """The shipped demo drafter, for the demo target only."""
+def demo_folder(target: LoadedModel) -> Path | None:
+    """The shipped demo drafter's folder when ``target`` is the demo target (reads nothing)."""
     from app.resources import resource_path
 
     folder = resource_path(DEMO_FOLDER)
-    if not (folder / "config.json").exists() or not _is_demo_target(ctx.target):
+    if not (folder / "config.json").exists() or not _is_demo_target(target):
         return None
-    assets = load(folder, ctx.target)
-    ctx.assets["dflash"] = assets
-    return assets
+    return folder
 
 
 def _is_demo_target(target: LoadedModel) -> bool:
@@ -163,30 +161,30 @@ def _is_demo_target(target: LoadedModel) -> bool:
         return False
 
 
-def _assets(ctx: DrafterContext) -> DFlashAssets | None:
-    a = ctx.assets.get("dflash")
-    return a if a is not None else _demo_assets(ctx)
-
-
 def unavailable(ctx: DrafterContext) -> str | None:
-    try:
-        a = _assets(ctx)
-    except DraftPairError as exc:
-        return str(exc).rstrip(".")
+    """A pure query: the loaded drafter's fit to the target, or whether one could be loaded."""
+    a = ctx.asset
     if a is None:
+        if demo_folder(ctx.target) is not None:
+            return None
         return "no DFlash drafter is loaded (choose a DFlash drafter folder as the draft)"
     return target_problem(a.config, ctx.target)
 
 
+def load_default(ctx: DrafterContext) -> DFlashAssets | None:
+    """The drafter a target gets with no folder chosen: the demo's own, for the demo target."""
+    folder = demo_folder(ctx.target)
+    return load(folder, ctx.target) if folder is not None else None
+
+
 def make(ctx: DrafterContext) -> DFlashDrafter:
-    a = _assets(ctx)
+    a = ctx.asset
     if a is None:
         raise DraftPairError("No DFlash drafter is loaded.")
     return DFlashDrafter(ctx.target, a, adaptive=bool(getattr(ctx.request, "adaptive", True)))
 
 
 class DFlashDrafter(Drafter):
-    kind = "dflash"
     block = True
     step_cost = 0.15  # until the session measures it at warm-up
 

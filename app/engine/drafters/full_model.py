@@ -34,9 +34,10 @@ from app.engine.prompt_cache import CachedState
 from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
 from app.engine.taps import Hidden
 from app.engine.width import DEFAULT_DRAFT_COST
+from app.errors import DraftPairError
 
 if TYPE_CHECKING:
-    from app.engine.registry import DrafterContext
+    from app.engine.drafter_context import DrafterContext
 
 
 class DraftHead:
@@ -112,7 +113,6 @@ CONFIDENCE_STOP = 0.6
 
 
 class FullModelDrafter(Drafter):
-    kind = "full-model"
     step_cost = DEFAULT_DRAFT_COST  # until the session measures it at warm-up
 
     def __init__(
@@ -259,15 +259,10 @@ class FullModelDrafter(Drafter):
         }
 
 
-def make(ctx: DrafterContext) -> FullModelDrafter:
-    from app.engine.registry import spec
-
-    assert ctx.draft is not None
+def make(ctx: DrafterContext, default_width: int) -> FullModelDrafter:
+    draft = ctx.asset
+    if draft is None:
+        raise DraftPairError("No draft model is loaded.")
     req = ctx.request
-    return FullModelDrafter(ctx.draft, target_vocab=ctx.target.vocab_size,
-                            adaptive=req.adaptive,
-                            max_width=req.draft_width or spec("full-model").default_width)
-
-
-def unavailable(ctx: DrafterContext) -> str | None:
-    return None if ctx.draft is not None else "no draft model is loaded"
+    return FullModelDrafter(draft, target_vocab=ctx.target.vocab_size, adaptive=req.adaptive,
+                            max_width=req.draft_width or default_width)

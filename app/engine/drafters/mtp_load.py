@@ -187,11 +187,8 @@ def load_head(path: Path, target) -> MTPHead:
     return head_from(found, target)
 
 
-def problem_for(target, assets: dict[str, Any] | None = None) -> str | None:
-    """Why MTP cannot run for this target (None if it can). Reads names, not tensors,
-    unless the head is already loaded."""
-    if assets and assets.get("mtp") is not None:
-        return None
+def problem_for(target) -> str | None:
+    """Why MTP cannot run for this target (None if it can). Reads names, not tensors."""
     try:
         inner_model(target.model)
         new_layer_like(target.model)

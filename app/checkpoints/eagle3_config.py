@@ -21,6 +21,7 @@ from typing import Any
 
 ORIGINAL = "original"
 SPECULATORS = "speculators"
+FORMAT_NAME = "eagle3"  # how speculators and architecture names spell the algorithm
 
 
 def _archs(config: dict[str, Any]) -> list[str]:
@@ -31,12 +32,12 @@ def _archs(config: dict[str, Any]) -> list[str]:
 def is_eagle3(config: dict[str, Any]) -> bool:
     if not isinstance(config, dict):
         return False
-    if str(config.get("speculators_model_type", "")).lower() == "eagle3":
+    if str(config.get("speculators_model_type", "")).lower() == FORMAT_NAME:
         return True
     spec = config.get("speculators_config")
-    if isinstance(spec, dict) and str(spec.get("algorithm", "")).lower() == "eagle3":
+    if isinstance(spec, dict) and str(spec.get("algorithm", "")).lower() == FORMAT_NAME:
         return True
-    return any("eagle3" in a.lower() for a in _archs(config))
+    return any(FORMAT_NAME in a.lower() for a in _archs(config))
 
 
 def default_layer_ids(n_target_layers: int) -> list[int]:
@@ -64,18 +65,20 @@ def eagle3_config(config: dict[str, Any]) -> dict[str, Any] | None:
     layer: dict[str, Any] = inner if isinstance(inner, dict) else config
     hidden = _int(layer.get("hidden_size"))
     heads = _int(layer.get("num_attention_heads"))
-    rope = layer.get("rope_parameters") if isinstance(layer.get("rope_parameters"), dict) else {}
+    rope_raw = layer.get("rope_parameters")
+    rope: dict[str, Any] = rope_raw if isinstance(rope_raw, dict) else {}
     rope_theta = rope.get("rope_theta", layer.get("rope_theta", 10000.0))
     vocab = _int(layer.get("vocab_size")) or _int(config.get("vocab_size"))
     draft_vocab = _int(config.get("draft_vocab_size")) or _int(layer.get("draft_vocab_size"))
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     if ids is None:
         ids = config.get("target_layer_ids")  # some conversions name them so
-    spec = config.get("speculators_config")
-    spec = spec if isinstance(spec, dict) else {}
-    verifier = spec.get("verifier") if isinstance(spec.get("verifier"), dict) else {}
+    spec_raw = config.get("speculators_config")
+    spec: dict[str, Any] = spec_raw if isinstance(spec_raw, dict) else {}
+    ver_raw = spec.get("verifier")
+    verifier: dict[str, Any] = ver_raw if isinstance(ver_raw, dict) else {}
     methods = spec.get("proposal_methods")
-    first = methods[0] if isinstance(methods, list) and methods and isinstance(
+    first: dict[str, Any] = methods[0] if isinstance(methods, list) and methods and isinstance(
         methods[0], dict) else {}
     v_archs = verifier.get("architectures") or []
     return {

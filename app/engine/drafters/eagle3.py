@@ -29,19 +29,18 @@ from mlx_lm.models.cache import KVCache
 
 from app.checkpoints.eagle3_config import reads_layers
 from app.engine import sampling as sm
-from app.engine.drafters.base import Drafter, Proposal
+from app.engine.drafters.base import Drafter
 from app.engine.drafters.eagle3_model import Eagle3Config, Eagle3Weights, load_model
 from app.engine.events import SamplingParams
+from app.engine.mlx_types import item_int
+from app.engine.proposal import Proposal
 from app.engine.rollback import rewind_cache
 from app.engine.taps import Hidden, TapRequest, num_layers, stack
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
+    from app.engine.drafter_context import DrafterContext
     from app.engine.models import LoadedModel
-    from app.engine.registry import DrafterContext
-
-ASSET_KEY = "eagle3"
-
 
 @dataclass
 class Eagle3Assets:
@@ -114,7 +113,7 @@ def load(path: Path | str, target: LoadedModel) -> Eagle3Assets:
         raise DraftPairError(problem[0].upper() + problem[1:] + ".")
     if weights.d2t is not None:
         top = mx.arange(cfg.draft_vocab_size) + weights.d2t
-        if int(mx.max(top).item()) >= target.vocab_size or int(mx.min(top).item()) < 0:
+        if item_int(mx.max(top)) >= target.vocab_size or item_int(mx.min(top)) < 0:
             raise DraftPairError("The EAGLE-3 drafter's d2t table maps to tokens this target "
                                  "does not have.")
     ids = reads_layers({"layer_ids": list(cfg.layer_ids) if cfg.layer_ids else None},
@@ -124,22 +123,20 @@ def load(path: Path | str, target: LoadedModel) -> Eagle3Assets:
 
 
 def unavailable(ctx: DrafterContext) -> str | None:
-    a = ctx.assets.get(ASSET_KEY)
+    a = ctx.asset
     if a is None:
         return "no EAGLE-3 drafter is loaded (choose an EAGLE-3 drafter folder as the draft)"
     return target_problem(a.config, ctx.target, has_d2t=a.weights.d2t is not None)
 
 
 def make(ctx: DrafterContext) -> Eagle3Drafter:
-    a = ctx.assets.get(ASSET_KEY)
+    a = ctx.asset
     if a is None:
         raise DraftPairError("No EAGLE-3 drafter is loaded.")
     return Eagle3Drafter(a, target_vocab=ctx.target.vocab_size)
 
 
 class Eagle3Drafter(Drafter):
-    kind = "eagle3"
-
     def __init__(self, assets: Eagle3Assets, *, target_vocab: int):
         self.assets = assets
         self.net = assets.weights.model

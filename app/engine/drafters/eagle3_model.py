@@ -11,6 +11,7 @@ the target's own (the drafter's copy, when it ships one, is used only when they 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,6 @@ from mlx_lm.models.cache import KVCache
 from app.checkpoints.eagle3_config import eagle3_config
 from app.engine.mlx_types import flat_arrays, load_arrays
 from app.errors import DraftPairError
-from app.fileio import read_json_object
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def read_config(raw: dict[str, Any], folder: Path | None = None) -> Eagle3Config
 
 class Attention(nn.Module):
     def __init__(self, c: Eagle3Config, in_dim: int):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.n_heads, self.n_kv, self.head_dim = (c.num_attention_heads, c.num_key_value_heads,
                                                   c.head_dim)
         self.scale = c.head_dim ** -0.5
@@ -108,7 +108,7 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     def __init__(self, c: Eagle3Config):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
@@ -122,7 +122,7 @@ class Layer(nn.Module):
     """A decoder layer; the first one reads ``[embed ; hidden]`` (``first``)."""
 
     def __init__(self, c: Eagle3Config, first: bool):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.first = first
         self.norm_before_residual = c.norm_before_residual
         self.input_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
@@ -148,7 +148,7 @@ class Layer(nn.Module):
 
 class Eagle3Model(nn.Module):
     def __init__(self, c: Eagle3Config):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.config = c
         self.fc = nn.Linear(3 * c.target_hidden_size, c.hidden_size, bias=False)
         if c.norm_before_fc:
@@ -211,7 +211,11 @@ class Eagle3Weights:
 
 def load_model(folder: Path, dtype: mx.Dtype | None = None) -> Eagle3Weights:
     folder = Path(folder)
-    config = read_config(read_json_object(folder / "config.json"), folder)
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DraftPairError(f"Cannot read the EAGLE-3 drafter's config.json in {folder}.") from exc
+    config = read_config(raw if isinstance(raw, dict) else {}, folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise DraftPairError(f"The EAGLE-3 drafter in {folder} has no weights (*.safetensors).")

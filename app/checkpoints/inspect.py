@@ -150,7 +150,8 @@ def dflash_config(config: dict) -> dict | None:
     if not (isinstance(inner, dict) or "DFlashDraftModel" in archs):
         return None
     inner = inner if isinstance(inner, dict) else {}
-    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    given = config.get("rope_parameters")
+    rope: dict[str, Any] = given if isinstance(given, dict) else {}
     return {
         "block_size": inner.get("block_size", config.get("block_size")),
         "mask_token_id": inner.get("mask_token_id", config.get("mask_token_id")),

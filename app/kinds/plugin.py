@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from app.engine.models import LoadedModel
 
 
+class KindRefused(Exception):
+    """A kind asked for something it does not do (``plain_message``: one plain sentence)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.plain_message = message
+
+
 class KindPlugin:
     """One draft kind. Class attributes describe it; methods answer for it."""
 
@@ -91,7 +99,7 @@ class KindPlugin:
 
     def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
         """Load a draft folder of this kind for ``target``; the Session holds the result."""
-        raise NotImplementedError(f"{self.label} takes no draft folder")
+        raise KindRefused(f"{self.label} takes no draft folder.")
 
     def load_assets(self, ctx: DrafterContext) -> Any:
         """Weights the kind needs when no draft folder supplied them (a head in the target's
@@ -100,4 +108,4 @@ class KindPlugin:
 
     def make(self, ctx: DrafterContext) -> Drafter:
         """A fresh drafter for one request."""
-        raise NotImplementedError(f"{self.label} has no drafter")
+        raise KindRefused(f"{self.label} has no drafter.")

@@ -292,8 +292,9 @@ class EngineThread:
 
         kinds = dict(session.available_kinds())
         default = self.default_kind or session.draft_kind or OFF  # the loaded draft's kind
-        if kinds.get(default):
-            raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default].rstrip('.')}.")
+        reason = kinds.get(default)
+        if reason:
+            raise DraftPairError(f"Speculation ({default}) cannot run: {reason.rstrip('.')}.")
         self.info = ModelInfo(
             id=self.model_id or target.name,
             target=target.name,

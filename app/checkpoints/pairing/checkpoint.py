@@ -232,4 +232,5 @@ def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:
             f"kind=none; rollback: {problem or 'exact'}",
         )
     else:
-        out.add("target.options", NOTE, "This model can only run without speculation.", problem)
+        out.add("target.options", NOTE, "This model can only run without speculation.",
+                problem or "")

@@ -22,6 +22,7 @@ OFF = "none"  # the kind that turns speculation off: the default of every reques
 BUILTIN: tuple[str, ...] = (
     "app.plugins.off",
     "app.plugins.prompt_lookup",
+    "app.plugins.suffix",
     "app.plugins.full_model",
     "app.plugins.mtp",
     "app.plugins.dflash",

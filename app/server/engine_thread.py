@@ -292,9 +292,11 @@ class EngineThread:
     def _load(self) -> Any:
         from app.engine.session import Session
 
-        options = ({} if self.reply_memory_bytes is None
-                   else {"reply_memory_bytes": self.reply_memory_bytes})
-        session = Session(precision=self.precision, **options)
+        from app.engine.suffix_memory import DEFAULT_CAP_BYTES
+
+        memory = self.reply_memory_bytes
+        session = Session(precision=self.precision,
+                          reply_memory_bytes=DEFAULT_CAP_BYTES if memory is None else memory)
         self._reply_stats = session.replies.stats().to_dict()
         target = session.load_target(self.model)
         if self.draft:

@@ -26,6 +26,7 @@ BUILTIN: tuple[str, ...] = (
     "app.plugins.full_model",
     "app.plugins.mtp",
     "app.plugins.dflash",
+    "app.plugins.eagle3",
 )
 
 _lock = threading.RLock()

@@ -66,7 +66,7 @@ def with_load_check(report):
     pair whose draft is a model of its own, its draft; findings already in the report are not added twice."""
     from dataclasses import replace
 
-    from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
+    from app.checkpoints.inspect import DRAFTER_FOLDER_KINDS, inspect_checkpoint
     from app.checkpoints.pairing.report import verdict_of
 
     new: list[Finding] = []
@@ -79,7 +79,7 @@ def with_load_check(report):
     for role, path in roles:
         if any(f.severity == BLOCKER and f.code.startswith(role + ".") for f in report.findings):
             continue  # already refused for a plainer reason
-        if inspect_checkpoint(path, read_tokenizer_files=False).kind == KIND_DFLASH:
+        if inspect_checkpoint(path, read_tokenizer_files=False).kind in DRAFTER_FOLDER_KINDS:
             continue
         new += [f for f in load_check(path, role) if f not in report.findings]
     if not new:
@@ -91,9 +91,9 @@ def with_load_check(report):
 def refuse_unloadable(folder: Path) -> None:
     """Raise DraftPairError (the first reason, all of them in ``detail``) when ``folder``
     would not load. DFlash drafters are not mlx-lm models: the pairing check judges them."""
-    from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
+    from app.checkpoints.inspect import DRAFTER_FOLDER_KINDS, inspect_checkpoint
 
-    if inspect_checkpoint(folder, read_tokenizer_files=False).kind == KIND_DFLASH:
+    if inspect_checkpoint(folder, read_tokenizer_files=False).kind in DRAFTER_FOLDER_KINDS:
         return
     blockers = [f for f in load_check(folder) if f.severity == BLOCKER]
     if blockers:

@@ -146,7 +146,7 @@ class ServerSoakResult:
 def send(url: str, probe: Probe, timeout_s: float) -> tuple[int, bytes]:
     """Send ``probe``; returns (status, body). Raises OSError (timeouts included)."""
     u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=timeout_s)
     headers: dict[str, str | bytes] = {"Content-Type": "application/json"}
     if probe.key is not None:
         headers["Authorization"] = b"Bearer " + probe.key
@@ -195,7 +195,7 @@ class Loiterers:
     def __init__(self, url: str, config: ServerSoakConfig, result: ServerSoakResult,
                  server: ServerProcess, max_opens: int = 50_000):
         u = urllib.parse.urlsplit(url)
-        self.addr = (u.hostname, u.port)
+        self.addr = (u.hostname or "127.0.0.1", u.port or 80)
         self.config = config
         self.result = result
         self.server = server
@@ -255,10 +255,10 @@ class Loiterers:
                     kept.append(s)
             self.idle = kept
             while len(self.idle) < self.config.idle_connections:
-                s = self._open(b"" if len(self.idle) % 3 == 0 else self.HALF_SENT)
-                if s is None:
+                opened = self._open(b"" if len(self.idle) % 3 == 0 else self.HALF_SENT)
+                if opened is None:
                     break
-                self.idle.append(s)
+                self.idle.append(opened)
                 self.result.idle_opened += 1
             moving = []
             for s, data, sent in self.slow:
@@ -275,10 +275,10 @@ class Loiterers:
                 moving.append((s, data, sent))
             self.slow = moving
             while len(self.slow) < self.config.slow_clients:
-                s = self._open(b"")
-                if s is None:
+                opened = self._open(b"")
+                if opened is None:
                     break
-                self.slow.append((s, slow_request, 0))
+                self.slow.append((opened, slow_request, 0))
                 self.result.slow_opened += 1
             if tick % 5 == 0:
                 self.rss_max = max(self.rss_max, self.server.rss())

@@ -70,3 +70,15 @@ def load_lm(path: str | Path) -> tuple[Any, Any]:
 
     loaded = load(str(path))
     return loaded[0], loaded[1]
+
+
+def item_float(a: mx.array) -> float:
+    """The real number a one-element array holds."""
+    value: Any = a.item()
+    return float(value)
+
+
+def float_list(a: mx.array) -> list[float]:
+    """The real numbers of a 1-D array."""
+    values: Any = a.tolist()
+    return [float(v) for v in values]

@@ -22,9 +22,11 @@ OFF = "none"  # the kind that turns speculation off: the default of every reques
 BUILTIN: tuple[str, ...] = (
     "app.plugins.off",
     "app.plugins.prompt_lookup",
+    "app.plugins.suffix",
     "app.plugins.full_model",
     "app.plugins.mtp",
     "app.plugins.dflash",
+    "app.plugins.eagle3",
 )
 
 _lock = threading.RLock()

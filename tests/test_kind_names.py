@@ -13,8 +13,8 @@ meaning and how many times it occurs in its file, so a new use of the word in th
 fails too, and a listed one that is gone makes the list stale (and fails) as well. "none" is
 covered like the other names: where it means the kind the code says ``kinds.OFF``; the listed
 ones are an acceptance rule, a rewind method, a tokenizer source, an OpenAI field value, a
-precision, the width boxes' word for no fixed width and an
-MLX argument, which no registry could name for them.
+precision, the width boxes' word for no fixed width, an MLX argument and OpenAI's
+fill-in-the-middle field, which no registry could name for them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ OWNERS = (APP / "kinds", APP / "plugins")
 
 OTHER_MEANINGS: dict[tuple[str, str], tuple[int, str]] = {
     ("checkpoints/inspect.py", "dflash"): (1, "what a checkpoint folder is (KIND_DFLASH)"),
+    ("checkpoints/eagle3_config.py", "eagle3"): (1, "how a drafter folder's config spells "
+                                                   "the EAGLE-3 algorithm"),
     ("checkpoints/mtp_source.py", "mtp"): (1, "the head's sub-folder name"),
     ("checkpoints/pairing/load_check.py", "none"): (1, "a tokenizer source"),
     ("checkpoints/tokenizer_files.py", "none"): (1, "a tokenizer source"),
@@ -46,6 +48,7 @@ OTHER_MEANINGS: dict[tuple[str, str], tuple[int, str]] = {
     ("engine/events.py", "none"): (1, "the acceptance rule of plain decoding (RULE_NONE)"),
     ("engine/rollback.py", "none"): (1, "a rewind method"),
     ("server/protocol.py", "none"): (1, "an OpenAI tool_choice value"),
+    ("server/protocol.py", "suffix"): (2, "OpenAI's fill-in-the-middle completions field"),
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from app import kinds
 from app.engine.drafters.base import Drafter, Proposal
+from tests.demo_gate import needs_demo
 
 NAME = "test-fixed-token"
 TOKEN = 5  # what the drafter always proposes
@@ -193,8 +194,7 @@ def _demo_dflash_ready() -> bool:
     return demo_target_ready() and (resource_path(DEMO_FOLDER) / "config.json").is_file()
 
 
-@pytest.mark.skipif(not _demo_dflash_ready(), reason="demo target or shipped DFlash drafter "
-                                                     "not present")
+@needs_demo(_demo_dflash_ready(), "The demo target or the shipped DFlash drafter")
 def test_asking_whether_kinds_can_run_loads_nothing():
     """The state refresh after loading or unloading asks every kind; only a reply that uses a
     kind makes the Session load (and hold) its weights."""
@@ -235,3 +235,31 @@ def test_a_kind_whose_engine_code_is_missing_is_named_by_the_check(tiny_models):
     missing = [f for f in report.findings if f.code == "kind.runtime_missing"]
     assert missing and "cannot run Missing-Runtime drafting" in missing[0].message
     assert not report.works
+
+
+def test_a_folder_for_a_kind_that_takes_none_is_refused_in_one_sentence(fixed_kind, tiny_models):
+    from app.engine.session import Session
+    from app.errors import user_message
+
+    s = Session()
+    s.load_target(tiny_models.target)
+    with pytest.raises(kinds.KindRefused) as err:
+        s.load_for(NAME, tiny_models.draft)
+    assert user_message(err.value) == "Fixed guess (test) takes no draft folder."
+    assert NAME not in s.assets
+
+
+def test_bench_loads_the_draft_folder_for_any_kind_that_reads_one(tmp_path):
+    """``bench --kinds dflash --draft-model X`` on a target that is not the demo loads X (the
+    bench used to load a draft only when the full-model kind was measured)."""
+    from app.bench.runner import BenchConfig, _load_session, plan_conditions
+    from tests import builders_dflash as bd
+
+    target, folder = bd.make_pair(tmp_path, "2026")
+    dflash = kinds.for_folder({"architectures": ["DFlashDraftModel"]})
+    assert dflash is not None and not dflash.folder_fallback
+    config = BenchConfig(model=str(target), draft_model=str(folder), kinds=(dflash.name,))
+    session = _load_session(config)
+    assert session.draft_kind == dflash.name and session.assets[dflash.name].path == folder
+    conditions, skipped = plan_conditions(session, config)
+    assert dflash.name in [c.draft_kind for c in conditions] and not skipped

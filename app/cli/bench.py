@@ -53,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rollback", action="store_true",
                    help="only measure what rewinding the target costs per round, as a "
                    "fraction of a plain step (writes rollback.json)")
+    p.add_argument("--sequences", action="store_true",
+                   help="run the multi-request tasks instead (a sequence of requests to one "
+                   "session: an edited file, tool calls, a growing list); kinds that keep "
+                   "earlier replies are reported first use and warmed, apart (writes "
+                   "sequences.md and sequences.json)")
     p.add_argument("--remote", action="append", default=[], metavar="URL",
                    help="also measure an OpenAI-compatible endpoint (draftpair serve, "
                    "llama-server, vLLM, LM Studio) as a row; repeatable")
@@ -85,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rollback:
         return _run_rollback(args)
+    if args.sequences:
+        return _run_sequences(args)
     from app.bench.report import write_report
     from app.bench.runner import BenchConfig, Progress, default_widths, run_bench
     from app.errors import DraftPairError
@@ -172,3 +179,45 @@ def _run_rollback(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(cost.to_dict(), indent=2))
     print(f"report: {path}")
     return 0
+
+
+def _run_sequences(args: argparse.Namespace) -> int:
+    import json
+
+    from app.bench.runner import BenchConfig, _load_session
+    from app.bench.sequences import (
+        default_kinds,
+        load_sequences,
+        plan,
+        render_markdown,
+        run_sequences,
+    )
+    from app.cli import EXIT_INTERRUPTED, CliError
+    from app.cli.interrupt import stop_on_ctrl_c
+    from app.errors import DraftPairError
+
+    kind_names = list(args.kinds) if args.kinds else default_kinds()
+    cancel = threading.Event()
+    try:
+        tasks = load_sequences()
+        if args.tasks:
+            unknown = sorted(set(args.tasks) - {t.id for t in tasks})
+            if unknown:
+                raise CliError(f"--tasks: no multi-request task {unknown[0]!r}; choose from "
+                               f"{', '.join(t.id for t in tasks)}")
+            tasks = [t for t in tasks if t.id in args.tasks]
+        session = _load_session(BenchConfig(model=args.model, kinds=tuple(kind_names)))
+        with stop_on_ctrl_c(cancel):
+            report = run_sequences(
+                session, tasks, plan(kind_names), temperatures=tuple(args.temps or (0.0,)),
+                runs=args.runs or 1, max_tokens=args.max_tokens, seed=args.seed,
+                progress=lambda msg: print(msg, file=sys.stderr, flush=True), cancel=cancel)
+    except DraftPairError as exc:
+        raise CliError(str(exc)) from None
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sequences.json").write_text(json.dumps(report.to_dict(), indent=1))
+    md = args.out / "sequences.md"
+    md.write_text(render_markdown(report))
+    print(render_markdown(report), file=sys.stderr)
+    print(f"report: {md}")
+    return EXIT_INTERRUPTED if report.cancelled else 0

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-timeout", type=float, default=20.0,
                    help="seconds a client has to send a request's headers, and again its "
                    "body, before the connection is closed (default 20)")
+    p.add_argument("--suffix-memory-mb", type=float, default=64.0, metavar="MB",
+                   help="memory for earlier replies that drafting from earlier replies "
+                   "proposes from, kept per API key and conversation (default 64; 0 keeps none)")
     p.set_defaults(func=run)
 
 
@@ -60,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--max-connections must be at least 1", EXIT_USAGE)
     if not 0.1 <= args.client_timeout <= 3600:
         raise CliError("--client-timeout must be between 0.1 and 3600 seconds", EXIT_USAGE)
+    if not 0 <= args.suffix_memory_mb <= 65536:
+        raise CliError("--suffix-memory-mb must be between 0 and 65536", EXIT_USAGE)
     if args.draft and args.no_draft:
         raise CliError("--draft and --no-draft contradict each other", EXIT_USAGE)
 
@@ -84,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                       default_max_tokens=min(512, args.max_tokens_cap),
                       body_timeout_s=args.client_timeout),
         max_connections=args.max_connections, client_timeout_s=args.client_timeout,
+        reply_memory_bytes=int(args.suffix_memory_mb * 2**20),
     )
     if args.host not in LOOPBACK:
         print(f"draftpair: note: listening on {args.host}: other machines can reach this "

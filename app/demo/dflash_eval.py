@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from app.kinds import OFF
@@ -41,7 +42,7 @@ def selection_ids(workdir: Path | None) -> set[str]:
     return FeatureStore(Path(workdir) / "heldout").done_ids()
 
 
-def compare(drafter: Path | None, *, prompts: int = 12, exclude: set[str] = frozenset(),
+def compare(drafter: Path | None, *, prompts: int = 12, exclude: AbstractSet[str] = frozenset(),
             max_tokens: int = 128,
             width: int | None = None, log: Callable[[str], None] = print) -> dict:
     from app.demo.target import ensure_demo_target

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from app.engine.events import GenerationRequest
     from app.engine.models import LoadedModel
+    from app.engine.suffix_memory import SuffixMemory
 
 
 @dataclass(frozen=True)
@@ -18,3 +19,4 @@ class DrafterContext:
     target: LoadedModel
     request: GenerationRequest
     asset: Any = None
+    replies: SuffixMemory | None = None  # the session's kept earlier replies, per scope

@@ -57,6 +57,9 @@ class GenerationRequest:
     lookup_assist: bool = True  # model drafters: prompt lookup proposes copies of the context
     reuse_cache: bool = False  # continue from a kept conversation state (chat turns)
     conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
+    # whose earlier replies drafters that keep them may propose from (one chat, one API key);
+    # None: no earlier replies
+    reply_scope: str | None = None
     context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
     memory_interval_s: float = 0.25
     # when the person asked (time.perf_counter()): Send, the request's arrival at the server,

@@ -61,6 +61,8 @@ from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
 from app.engine.reuse import ConversationLease
+from app.engine.suffix_memory import DEFAULT_CAP_BYTES as DEFAULT_REPLY_MEMORY
+from app.engine.suffix_memory import SuffixMemory
 from app.engine.taps import TapRequest
 from app.engine.validation import token_problem, validate
 from app.engine.verify import choose_rule
@@ -70,10 +72,13 @@ from app.errors import DraftPairError, ModelLoadError, user_message
 
 class Session:
     def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy,
-                 calibrations: CalibrationStore | None = None):
+                 calibrations: CalibrationStore | None = None,
+                 reply_memory_bytes: int = DEFAULT_REPLY_MEMORY):
         """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
         test passes ``FixedWidth`` to draft at every step). ``calibrations``: where this
-        machine's speed tables are kept (default: the user data folder)."""
+        machine's speed tables are kept (default: the user data folder).
+        ``reply_memory_bytes``: the cap on earlier replies kept for drafters that propose
+        from them (per scope: a chat, an API key)."""
         self.precision = precision
         self.width_policy = width_policy
         self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
@@ -88,6 +93,7 @@ class Session:
         self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
         self.auto_memory = Memory()  # what auto speculation learnt, per chat
+        self.replies = SuffixMemory(reply_memory_bytes)  # earlier replies, per reply_scope
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -150,6 +156,7 @@ class Session:
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self.replies.clear()  # token ids of another model's vocabulary mean other words
         self._tap_union = None
         self.target = None
         self.draft_kind = None
@@ -164,7 +171,8 @@ class Session:
             return None
         request = request or GenerationRequest()
         return DrafterContext(target=self.target, request=request,
-                              asset=self.assets.get(kind or request.draft_kind))
+                              asset=self.assets.get(kind or request.draft_kind),
+                              replies=self.replies)
 
     def unavailable(self, kind: str, request: GenerationRequest | None = None) -> str | None:
         """Why ``kind`` cannot run with what is loaded (None if it can); loads nothing."""

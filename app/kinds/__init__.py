@@ -10,7 +10,7 @@ session) reads the one list. Usage::
         ...
 """
 
-from app.kinds.plugin import KindPlugin
+from app.kinds.plugin import KindPlugin, KindRefused
 from app.kinds.registry import (
     OFF,
     UnknownKind,
@@ -30,6 +30,6 @@ from app.kinds.registry import (
 )
 
 __all__ = [
-    "OFF", "KindPlugin", "UnknownKind", "default_choice", "drafting", "find", "for_folder", "get", "is_off",
+    "OFF", "KindPlugin", "KindRefused", "UnknownKind", "default_choice", "drafting", "find", "for_folder", "get", "is_off",
     "label", "names", "normalize", "plugins", "register", "registered", "unregister",
 ]

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from app.engine.models import LoadedModel
 
 
+class KindRefused(Exception):
+    """A kind asked for something it does not do (``plain_message``: one plain sentence)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.plain_message = message
+
+
 class KindPlugin:
     """One draft kind. Class attributes describe it; methods answer for it."""
 
@@ -45,6 +53,7 @@ class KindPlugin:
     scratch_width: int = 8  # verify width the memory estimate assumes when none is given
     suggest_bonus: float = 0.0  # preference when ranking the draft folders that pair
     aliases: tuple[str, ...] = ()  # other spellings the pairing check accepts
+    keeps_replies: bool = False  # proposes from earlier replies kept per scope (chat, API key)
     # the bench's goals for it: (name suffix, what, baseline "off" | "peer", task kinds or
     # None for all, speed-up to reach)
     bench_goals: tuple[tuple[str, str, str, tuple[str, ...] | None, float], ...] = ()
@@ -93,7 +102,7 @@ class KindPlugin:
 
     def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
         """Load a draft folder of this kind for ``target``; the Session holds the result."""
-        raise NotImplementedError(f"{self.label} takes no draft folder")
+        raise KindRefused(f"{self.label} takes no draft folder.")
 
     def load_assets(self, ctx: DrafterContext) -> Any:
         """Weights the kind needs when no draft folder supplied them (a head in the target's
@@ -102,4 +111,4 @@ class KindPlugin:
 
     def make(self, ctx: DrafterContext) -> Drafter:
         """A fresh drafter for one request."""
-        raise NotImplementedError(f"{self.label} has no drafter")
+        raise KindRefused(f"{self.label} has no drafter.")

@@ -23,9 +23,11 @@ BUILTIN: tuple[str, ...] = (
     "app.plugins.off",
     "app.plugins.auto",
     "app.plugins.prompt_lookup",
+    "app.plugins.suffix",
     "app.plugins.full_model",
     "app.plugins.mtp",
     "app.plugins.dflash",
+    "app.plugins.eagle3",
 )
 
 _lock = threading.RLock()

@@ -377,6 +377,9 @@ class ChatView(View):
             # later turns continue from the kept state of this chat (only new tokens are read)
             reuse_cache=True,
             conversation=f"chat-{self.conv_id}",
+            # drafting from earlier replies reads this chat's (rebuilt from its messages after
+            # a restart), never another chat's
+            reply_scope=f"chat-{self.conv_id}",
             context_policy=self.settings.context_policy,
         )
 

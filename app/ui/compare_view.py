@@ -140,6 +140,7 @@ class CompareView(View):
         self.on_title = QLabel("Speculation on")
         for t in (self.off_title, self.on_title):
             t.setProperty("role", "title")
+            t.setWordWrap(True)  # a long kind or endpoint name wraps instead of widening the view
         self.off_text = QTextBrowser()
         self.on_text = QTextBrowser()
         self.off_text.setObjectName("compare_off")
@@ -173,7 +174,8 @@ class CompareView(View):
         head.addWidget(self.repeat_btn)
         card_l.addLayout(head)
         card_l.addWidget(self.card_body)
-        self.card.setMinimumWidth(300)
+        card_l.addStretch(1)  # the result reads from the top of the card
+        self.card.setMinimumWidth(260)
         self.card.setMaximumWidth(420)
 
         top = QWidget()

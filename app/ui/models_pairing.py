@@ -63,7 +63,7 @@ class PairingPanel(QObject):
         self.pair_tree.setWordWrap(True)
         self.pair_tree.setUniformRowHeights(False)
         self.pair_tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
-        self.pair_tree.header().resizeSection(0, 250)
+        self.pair_tree.header().resizeSection(0, 300)
         self.pair_tree.header().setStretchLastSection(True)
         self.pair_tree.itemSelectionChanged.connect(self._on_pair_selected)
         self.pair_tree.itemDoubleClicked.connect(lambda _i, _c: self.use_selected.emit())

@@ -78,8 +78,8 @@ class PairingReport:
     def summary(self) -> str:
         """One plain sentence: the verdict and its main reason."""
         label = VERDICT_LABELS[self.verdict]
-        first = (self.blockers or self.warnings or [None])[0]
-        return f"{label}: {first.message}" if first else f"{label}."
+        main = self.blockers or self.warnings
+        return f"{label}: {main[0].message}" if main else f"{label}."
 
     def to_dict(self) -> dict:
         return {

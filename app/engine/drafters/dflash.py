@@ -31,6 +31,7 @@ from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.drafters.dflash_model import DFlashConfig, DFlashModel, load_model
 from app.engine.events import SamplingParams
+from app.engine.mlx_types import float_list
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
@@ -64,7 +65,8 @@ def target_problem(config: DFlashConfig, target: LoadedModel) -> str | None:
     from app.engine.taps import stack
 
     tcfg = target.config
-    text = tcfg.get("text_config") if isinstance(tcfg.get("text_config"), dict) else tcfg
+    inner = tcfg.get("text_config")
+    text: dict[str, Any] = inner if isinstance(inner, dict) else tcfg
     hidden = int(text.get("hidden_size") or tcfg.get("hidden_size") or 0)
     try:
         n_layers = len(stack(target.model)[1])
@@ -89,7 +91,8 @@ def target_problem(config: DFlashConfig, target: LoadedModel) -> str | None:
     return None
 
 
-def _reduced_head(folder: Path, target: LoadedModel, vocab: int):
+def _reduced_head(folder: Path, target: LoadedModel, vocab: int
+                  ) -> tuple[mx.array | None, mx.array | None]:
     f = folder / "draft_head.json"
     if not f.exists():
         return None, None
@@ -295,9 +298,10 @@ class DFlashDrafter(Drafter):
         tokens = self._to_target_ids(picks).astype(mx.uint32)
         if self.adaptive:
             mx.eval(tokens, conf)
-            k = self.choose_width(conf.tolist(), pending)
+            k = self.choose_width(float_list(conf), pending)
             tokens = tokens[:k]
-            probs = probs[:k] if self.stochastic else None
+            if self.stochastic:
+                probs = probs[:k]
         if self.stochastic:
             q = self._to_target_probs(probs)
         mx.async_eval(tokens, *([q] if q is not None else []))
@@ -320,7 +324,7 @@ class DFlashDrafter(Drafter):
         many as raise the expected tokens per unit of verify cost, taking the drafter's own
         probabilities as acceptance chances (the drafting pass is already paid)."""
         base = 1 if pending else 0  # the pending token is fed with the proposals
-        best_k = best = 0
+        best_k, best = 0, 0.0
         run = expect = 1.0
         scale = self.assets.calibration if getattr(self, "assets", None) else ()
         for j, c in enumerate(conf):
@@ -354,12 +358,8 @@ class DFlashDrafter(Drafter):
         # only committed context is cached; rewind to it all the same (a no-op normally)
         keep = min(self.n_cached, len(committed))
         if self.cache and self.cache[0].offset > keep:
-            try:
-                from app.engine.rollback import rewind_cache
-            except ImportError:  # an engine without the rollback module: KV caches trim
-                def rewind_cache(cache, length):
-                    for c in cache:
-                        c.trim(int(c.offset) - length)
+            from app.engine.rollback import rewind_cache
+
             rewind_cache(self.cache, keep)
             self.n_cached = keep
 

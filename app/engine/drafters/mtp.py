@@ -33,6 +33,7 @@ from app.errors import DraftPairError
 
 if TYPE_CHECKING:
     from app.engine.drafter_context import DrafterContext
+    from app.engine.models import LoadedModel
 
 
 def _tap_request(head: MTPHead) -> TapRequest:
@@ -44,7 +45,7 @@ def _tap_request(head: MTPHead) -> TapRequest:
 
 class MTPDrafter(Drafter):
 
-    def __init__(self, head: MTPHead, target_model, *, target_vocab: int,
+    def __init__(self, head: MTPHead, target_model: Any, *, target_vocab: int,
                  reuse_draft_kv: bool = False):
         self.head = head
         self.bound = BoundHead(head, target_model)
@@ -208,7 +209,7 @@ class MTPDrafter(Drafter):
 
 
 # -- registry entry points ------------------------------------------------------------------
-def load(path: Path | str, target) -> MTPHead:
+def load(path: Path | str, target: LoadedModel) -> MTPHead:
     """The MTP head for ``target`` (a LoadedModel) found at/for ``path``; DraftPairError if
     there is none (the reason in one sentence)."""
     from app.engine.drafters.mtp_load import load_head

@@ -67,9 +67,12 @@ def test_auto_names_what_it_loaded_and_what_it_left_out(pair):
     assert "Prompt lookup" in notice.message and "Draft model" in notice.message
     assert "left out" in notice.message  # the tiny llama has no MTP head nor DFlash drafter
     left = done.timings.sources_left_out
-    assert set(left) == {"mtp", "dflash"} and all(left.values())
+    assert {"mtp", "dflash"} <= set(left) and all(left.values())
     shares = done.timings.sources
-    assert set(shares) == {"prompt-lookup", "full-model", "plain"}
+    assert {"prompt-lookup", "full-model", "plain"} <= set(shares)
+    assert not set(shares) & set(left)
+    # every kind that proposes, auto aside, was either loaded or left out with its reason
+    assert set(shares) | set(left) == {p.name for p in kinds.drafting()} - {AUTO} | {"plain"}
     rounds = sum(v["rounds"] for k, v in shares.items())
     assert rounds == done.timings.verify_passes  # every step is a round of one source or plain
     assert done.timings.draft_kind == AUTO
@@ -172,7 +175,8 @@ def test_every_drafter_follows_the_reply_whoever_proposes(monkeypatch):
     bad = [(k, n, fed) for k, n, fed in checks if n != fed]
     assert not bad, bad[:5]
     steps = Counter(k for k, _, _ in checks)
-    assert steps["mtp"] == steps["dflash"] > 10  # each saw every step, not just its own
+    assert steps["mtp"] == steps["dflash"]  # each saw every step, not just its own
+    assert steps["mtp"] > shares["mtp"]["rounds"] and steps["dflash"] > shares["dflash"]["rounds"]
 
     # and the rows are the target's own, position by position
     assert s.target is not None

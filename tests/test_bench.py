@@ -184,7 +184,7 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     assert all(p.exists() for p in paths.values())
 
     names = [c.name for c in report.conditions]
-    assert names == ["off", "auto", "prompt-lookup", "full-model", "mlx-lm plain",
+    assert names == ["off", "auto", "prompt-lookup", "suffix", "full-model", "mlx-lm plain",
                      "mlx-lm speculative"]
     data = json.loads(paths["json"].read_text())
     runs = data["runs"]

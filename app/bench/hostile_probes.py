@@ -65,6 +65,8 @@ def _valid_body(rng: random.Random, t: Target) -> tuple[str, dict]:
         body["seed"] = rng.randrange(2**31)
     if rng.random() < 0.5:
         body["draftpair"] = {"draft_kind": rng.choice(t.kinds)}
+        if rng.random() < 0.5:  # earlier replies are kept per conversation a client names
+            body["draftpair"]["conversation"] = f"soak-{rng.randrange(6)}"
     if rng.random() < 0.2:
         body["stop"] = [rng.choice(["\n", ".", " the", "?"])]
     shape = rng.choice(["chat", "chat", "text", "ids"])

@@ -154,7 +154,7 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         Route("/health", guarded(health), methods=["GET"]),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _server_error}
-    app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, exception_handlers=handlers)
     return OneLineErrors(app)
 
 
@@ -277,6 +277,7 @@ async def stream(job: ServerJob, parsed: Parsed, items: asyncio.Queue,
             return Response(status_code=499)
         if isinstance(first, RequestError):
             raise ApiError(first.status, first.message, code=first.code, param=first.param)
+        assert isinstance(first, DoneEvent)
         raise ApiError(500, first.error or "Generation failed.", code="engine_error")
     shaper = Shaper(chat=chat, model=parsed.model, return_tokens=parsed.return_tokens)
 

@@ -291,7 +291,6 @@ class EngineThread:
 
     def _load(self) -> Any:
         from app.engine.session import Session
-
         from app.engine.suffix_memory import DEFAULT_CAP_BYTES
 
         memory = self.reply_memory_bytes

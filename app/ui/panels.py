@@ -170,7 +170,8 @@ class LivePanels(QWidget):
             rc.items["sys"] = sys_item
             self._runs.append(rc)
         self._ticks = 0
-        self._y_rate = self._y_acc = None
+        self._y_rate: tuple[float, float] | None = None
+        self._y_acc: tuple[float, float] | None = None
         if self._runs:
             self.refresh(force_labels=True)
             if not keep_timer or self.timer.isActive():

@@ -26,6 +26,7 @@ BUILTIN: tuple[str, ...] = (
     "app.plugins.full_model",
     "app.plugins.mtp",
     "app.plugins.dflash",
+    "app.plugins.dflash2",
     "app.plugins.eagle3",
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.checkpoints.dflash2_config import is_dflash2
 from app.checkpoints.inspect import dflash_config
 from app.checkpoints.pairing.dflash import dflash_findings
 from app.kinds import KindPlugin
@@ -33,7 +34,8 @@ class DFlash(KindPlugin):
     suggest_bonus = 5.0  # a drafter made for the target tends to pay best
 
     def recognises(self, config: dict[str, Any]) -> bool:
-        return isinstance(config, dict) and dflash_config(config) is not None
+        return (isinstance(config, dict) and dflash_config(config) is not None
+                and not is_dflash2(config))  # DFlash 2 drafters are their own kind
 
     def engine_module(self) -> str | None:
         return "app.engine.drafters.dflash"

@@ -31,6 +31,7 @@ OWNERS = (APP / "kinds", APP / "plugins")
 OTHER_MEANINGS: dict[tuple[str, str], tuple[int, str]] = {
     ("checkpoints/inspect.py", "dflash"): (1, "what a checkpoint folder is (KIND_DFLASH)"),
     ("checkpoints/dflash2_config.py", "dflash2"): (1, "a drafter folder's model_type"),
+    ("checkpoints/dspark_config.py", "dspark"): (1, "a drafter folder's model_type"),
     ("checkpoints/eagle3_config.py", "eagle3"): (1, "how a drafter folder's config spells "
                                                    "the EAGLE-3 algorithm"),
     ("checkpoints/mtp_source.py", "mtp"): (1, "the head's sub-folder name"),

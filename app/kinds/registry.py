@@ -28,6 +28,7 @@ BUILTIN: tuple[str, ...] = (
     "app.plugins.mtp",
     "app.plugins.dflash",
     "app.plugins.dflash2",
+    "app.plugins.dspark",
     "app.plugins.eagle3",
 )
 

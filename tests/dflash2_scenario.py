@@ -31,16 +31,17 @@ def _hidden(t: Any, rows: np.ndarray, ids: tuple[int, ...]) -> Any:
     return Hidden(layers={c: a[:, j * h:(j + 1) * h] for j, c in enumerate(ids)})
 
 
-def ours(target: Path, drafter: Path) -> list[list[int]]:
-    from app.engine.drafters.dflash2 import DFlash2Drafter, load
+def ours(target: Path, drafter: Path, engine: str = "dflash2") -> list[list[int]]:
+    """DraftPair's drafter of the engine module ``app.engine.drafters.<engine>``."""
     from app.engine.events import SamplingParams
     from app.engine.models import load_model
 
+    mod = importlib.import_module(f"app.engine.drafters.{engine}")
     t = load_model(target)
-    assets = load(drafter, t)
-    d = DFlash2Drafter(t, assets)
+    assets = mod.load(drafter, t)
+    d = mod.make(_Ctx(t, assets))
     ids = tuple(assets.config.target_layer_ids)
-    k = assets.config.block_size - 1
+    k = getattr(d, "proposals", assets.config.block_size - 1)
     committed = list(PROMPT)
     d.begin(committed, SamplingParams())
     d.prefill(committed, _hidden(t, e3.rows_for(t.model, committed, ids), ids))
@@ -62,11 +63,18 @@ def ours(target: Path, drafter: Path) -> list[list[int]]:
     return out
 
 
-def mlx_vlm(target: Path, drafter: Path, ref: Path = REF) -> list[list[int]]:
+class _Ctx:
+    def __init__(self, target: Any, asset: Any):
+        self.target, self.asset, self.request = target, asset, None
+
+
+def mlx_vlm(target: Path, drafter: Path, ref: Path = REF, family: str = "dflash2"
+            ) -> list[list[int]]:
+    """mlx-vlm's drafter of ``mlx_vlm.speculative.drafters.<family>``, greedy."""
     import mlx.core as mx
 
     e3.import_mlx_vlm(ref)
-    mod = importlib.import_module("mlx_vlm.speculative.drafters.dflash2")
+    mod = importlib.import_module(f"mlx_vlm.speculative.drafters.{family}")
     cfg = mod.ModelConfig.from_dict(json.loads((drafter / "config.json").read_text()))
     m = mod.Model(cfg)
     m.load_weights(list(m.sanitize(dict(mx.load(str(drafter / "model.safetensors")))).items()),
@@ -81,13 +89,16 @@ def mlx_vlm(target: Path, drafter: Path, ref: Path = REF) -> list[list[int]]:
     committed = list(PROMPT)
     hidden = mx.array(e3.rows_for(model, committed, ids))[None]
     committed.append(BONUS)
-    draft = m.draft_block(BONUS, hidden, cache, bs, None)
+    def greedy(x: Any) -> Any:
+        return mx.argmax(x, axis=-1)
+
+    draft = m.draft_block(BONUS, hidden, cache, bs, greedy)
     out = [[int(x) for x in draft[0].tolist()]]
     for accepted, new in ROUNDS:
         props = out[-1]
         allrows = e3.rows_for(model, committed + props, ids)
         kept = mx.array(allrows[len(committed) - 1: len(committed) + accepted])[None]
         committed = committed + props[:accepted] + [new]
-        draft = m.draft_block(new, kept, cache, bs, None)
+        draft = m.draft_block(new, kept, cache, bs, greedy)
         out.append([int(x) for x in draft[0].tolist()])
     return out

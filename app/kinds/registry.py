@@ -21,6 +21,7 @@ OFF = "none"  # the kind that turns speculation off: the default of every reques
 
 BUILTIN: tuple[str, ...] = (
     "app.plugins.off",
+    "app.plugins.auto",
     "app.plugins.prompt_lookup",
     "app.plugins.suffix",
     "app.plugins.full_model",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 class DFlash(KindPlugin):
     name = "dflash"
     label = "Block drafter (DFlash)"
+    share_word = "DFlash"
     explanation = ("A small drafter made for this model guesses a whole block of tokens "
                    "in one step, reading the model's own state.")
     technical = "DFlash"

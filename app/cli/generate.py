@@ -193,6 +193,9 @@ def _summary(session: Session, done, args: argparse.Namespace) -> None:
         f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
         file=sys.stderr,
     )
+    if t.tree_rounds:
+        print(f"[{t.draft_kind}] {t.tree_rounds} of {t.draft_rounds} rounds verified as trees, "
+              f"accepted path {t.tree_depth_mean:.2f} deep on average", file=sys.stderr)
     if t.warmup_ms:
         print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
               f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",

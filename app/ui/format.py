@@ -56,6 +56,9 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
         "error": done.error,
         # accepted tokens that prompt lookup copied from the context beside the drafter
         "copy_accepted": copied_accepted(done),
+        # rounds verified as trees of candidates, and how deep their accepted paths went
+        "tree_rounds": int(getattr(t, "tree_rounds", 0) or 0),
+        "tree_depth_mean": round(float(getattr(t, "tree_depth_mean", 0.0) or 0.0), 2),
     }
     stats["line"] = stats_line(stats)
     return stats
@@ -90,6 +93,9 @@ def stats_line(s: dict[str, Any]) -> str:
         if s.get("copy_accepted"):
             parts.append(f"{s['copy_accepted']} of them copied from the context")
         parts.append(f"mean accepted {s.get('accept_len_mean', 0):.2f}/round")
+        if s.get("tree_rounds"):
+            parts.append(f"{s['tree_rounds']} rounds as trees, accepted path "
+                         f"{s.get('tree_depth_mean', 0):.2f} deep")
     parts.append(KIND_LABELS.get(kind, kind) if kind != "none" else "no speculation")
     parts.append(finish)
     if s.get("exact") is False:

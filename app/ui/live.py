@@ -75,6 +75,7 @@ class LiveSnapshot:
     prefill: tuple[int, int, float, int] | None = None  # read, to read, tok/s, reused
     context: tuple[int, int | None] = (0, None)  # tokens in the model's context, its length
     prompt_cache_bytes: int = 0  # kept conversation states
+    trees: tuple[int, float] = (0, 0.0)  # rounds verified as trees, their mean path depth
 
 
 @dataclass
@@ -94,6 +95,8 @@ class LiveRun:
         self._decode_t0: float | None = None
         self._tokens = 0
         self._accepted_sum = 0
+        self._tree_rounds = 0
+        self._tree_depth_sum = 0
         self._stage = "waiting"
         self._pressure: str | None = None
         self._peak = 0
@@ -149,10 +152,15 @@ class LiveRun:
             windowed = len(self._token_times) / RATE_WINDOW_S
             self.rate.append((t, windowed, cumulative))
 
-    def on_round(self, index: int, accepted: int) -> None:
+    def on_round(self, index: int, accepted: int, tree_nodes: int = 0) -> None:
+        """A round's accepted tokens (a tree round: ``tree_nodes`` > 0, ``accepted`` is how
+        deep its accepted path went)."""
         with self._lock:
             self._version += 1
             self._accepted_sum += accepted
+            if tree_nodes:
+                self._tree_rounds += 1
+                self._tree_depth_sum += accepted
             n = self.rounds.written + 1
             self.rounds.append((index, accepted, self._accepted_sum / n))
 
@@ -218,4 +226,6 @@ class LiveRun:
                 prefill=self._prefill,
                 context=self._context,
                 prompt_cache_bytes=self._cache_bytes,
+                trees=(self._tree_rounds,
+                       self._tree_depth_sum / self._tree_rounds if self._tree_rounds else 0.0),
             )

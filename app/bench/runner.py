@@ -58,6 +58,8 @@ class BenchConfig:
     remotes: tuple[str, ...] = ()  # OpenAI-compatible endpoints, one bench row each
     remote_api_key: str | None = None
     lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
+    # each model drafter also as trees in these modes ("auto", "flat"), one row each
+    trees: tuple[str, ...] = ()
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
@@ -247,6 +249,10 @@ def resolve_draft(config: BenchConfig) -> str | None:
     return str(path) if path is not None else None
 
 
+# drafters whose proposals come with a distribution to grow trees from
+TREE_KINDS = ("full-model", "mtp", "dflash")
+
+
 def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition], dict[str, str]]:
     """The conditions to measure, and the kinds left out with the reason."""
     available = session.available_kinds()
@@ -268,6 +274,10 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
         width = int(config.widths.get(kind, DEFAULT_WIDTHS.get(kind, 4)))
         conditions.append(Condition(kind, "draftpair", kind, width,
                                     lookup_assist=config.lookup_assist))
+        if kind in TREE_KINDS:
+            conditions.extend(Condition(f"{kind} trees {mode}", "draftpair", kind, width,
+                                        lookup_assist=config.lookup_assist, trees=mode)
+                              for mode in config.trees if mode != "off")
     if config.peers:
         conditions.append(Condition(PEER_PLAIN, "mlx-lm", "none", 0))
         if any(c.draft_kind == "full-model" for c in conditions):
@@ -314,6 +324,7 @@ def _execute(
         allow_fallback=False,
         memory_interval_s=3600.0,
         lookup_assist=cond.lookup_assist,
+        trees=cond.trees,
     )
     done: DoneEvent | None = None
     for ev in session.generate(request, cancel=cancel):

@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
                    help="model drafters: do not let prompt lookup propose copies of the "
                         "context beside them")
+    p.add_argument("--trees", choices=["off", "auto", "flat"], default="off",
+                   help="trees of candidates from the drafter's distribution: 'auto' where "
+                        "this computer's verify costs say they pay, 'flat' as if a verify of "
+                        "up to 64 tokens cost one step (a measurement)")
     p.add_argument("--no-fallback", dest="allow_fallback", action="store_false",
                    help="fail instead of decoding plainly when speculation cannot run")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
@@ -118,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         ngram_max=args.ngram_max,
         adaptive=args.adaptive,
         lookup_assist=args.lookup_assist,
+        trees=args.trees,
         submitted_at=submitted,
     )
     found = problems(request)  # before anything heavy is loaded

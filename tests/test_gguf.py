@@ -127,12 +127,17 @@ def test_base_model_without_chat_template(tmp_path, store, capsys):
 
     files, _, _ = write_gguf(tmp_path / "base.gguf", chat_template=None)
     assert main(["models", "import", str(files[0]), "--precision", "float32"]) == 0
-    out = capsys.readouterr().out
+    said = capsys.readouterr()
+    out = said.out
     assert "base model" in out and "plain completion" in out
+    # said before the conversion: how big the copy will be and in which precision
+    assert said.err.splitlines()[0].startswith("Importing base.gguf (")
+    assert "MLX copy in float32" in said.err.splitlines()[0]
     from app.checkpoints.gguf_import import converted_from
 
     entry = store.get("base")
     assert entry is not None and not entry.has_chat_template
+    assert entry.kind == "base"  # a target to chat with as plain text, and a draft where it pairs
     assert converted_from(entry.path)["base_model"] is True
     cfg = json.loads((entry.path / "tokenizer_config.json").read_text())
     assert "chat_template" not in cfg

@@ -84,7 +84,9 @@ def test_contention_meter_with_the_bench_sampler_sees_a_busy_window():
     now = time.perf_counter()
     sampler.windows.append(Window(now - 1.0, now + 1.0, 3.0))  # a burst during the run
     got = meter.stop()
-    assert got.flagged and got.peak_other_cores == 3.0
+    # the run's own mean over a few microseconds is coarse (CPU times tick in 10 ms), so
+    # the window is the floor of the peak, not its value
+    assert got.flagged and got.peak_other_cores >= 3.0
 
 
 def test_the_compare_card_warns_only_when_the_measurement_was_flagged():

@@ -55,8 +55,6 @@ def test_greedy_mtp_identical_to_plain(qwen, width):
     """Every step a round (fixed width): rejections, rollback of the hybrid target's cache
     and the head's own bookkeeping, and still plain decoding's output, without fallback."""
     from app.engine.decode import RoundLoop
-    from app.engine.drafters import mtp
-    from app.engine.registry import DrafterContext
     from app.engine.session import Session
 
     s = Session()
@@ -65,8 +63,7 @@ def test_greedy_mtp_identical_to_plain(qwen, width):
     plain = _generate(s, prompt_tokens=tuple(prompt), max_tokens=24, draft_kind="none")
     req = GenerationRequest(prompt_tokens=tuple(prompt), max_tokens=24, draft_kind="mtp",
                             chat=False)
-    drafter = mtp.make(DrafterContext(target=s.target, draft=None, request=req,
-                                      assets=s.assets))
+    drafter = s.make_drafter(req)  # the session loads the head through the kind's plugin
     drafter.adaptive_width = False
     loop = RoundLoop.with_drafter(target=s.target, drafter=drafter, prompt=prompt, request=req,
                      rule="greedy", width=width, cancel=None)
@@ -284,9 +281,7 @@ def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     prediction on the final reply, so the loop (pairing, the head's cache, rollback, the
     target's states from verify passes) loses nothing the head got right."""
     from app.engine.decode import RoundLoop
-    from app.engine.drafters import mtp
     from app.engine.drafters.mtp_replay import agreement, head_predictions, replay_width1
-    from app.engine.registry import DrafterContext
     from app.engine.session import Session
 
     s = Session()
@@ -294,8 +289,7 @@ def test_engine_accepts_exactly_what_the_head_predicts_on_the_reply():
     req = GenerationRequest(prompt="Tell me a few fun facts about octopuses.", max_tokens=48,
                             chat=True, draft_kind="mtp", lookup_assist=False)  # head rounds only
     prompt = s.encode(req)
-    drafter = mtp.make(DrafterContext(target=s.target, draft=None, request=req,
-                                      assets=s.assets))
+    drafter = s.make_drafter(req)  # the session loads the head through the kind's plugin
     drafter.adaptive_width = False  # every step a round
     loop = RoundLoop.with_drafter(target=s.target, drafter=drafter, prompt=prompt, request=req,
                      rule="greedy", width=1, cancel=None)

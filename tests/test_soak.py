@@ -53,3 +53,7 @@ def test_server_soak_with_hostile_requests_finds_nothing(tiny_models, capsys):
     assert out["idle_closed_by_server"] > 0 and out["slow_closed_by_server"] > 0
     assert out["exit_code"] == 130  # it ended on Ctrl+C, not on its own
     assert out["rss_mib"]["max"] >= out["rss_mib"]["start"] > 0
+    # earlier replies kept per key and conversation: reported each tenth, never over the cap
+    memory = out["reply_memory"]
+    assert len(memory) == 10 and all(0 <= m["bytes"] <= m["cap_bytes"] for m in memory)
+    assert memory[-1]["cap_bytes"] == int(0.25 * 2**20)

@@ -313,3 +313,27 @@ def test_an_import_error_leaves_with_the_view_and_after_a_good_import(
     errors = [b for b in w.banner.findChildren(QFrame)
               if b.property("role") == "banner-error" and not b.isHidden()]
     assert errors == [] and "Imported tiny-target" in w.banner.messages[-1]
+
+
+def test_compare_models_and_bench_fit_a_1024_by_700_window(
+        qtbot, make_window, tmp_path, tiny_models):  # noqa: F811
+    """No sideways scrolling in the smallest window the app is made for, in either theme."""
+    from app.checkpoints.store import Store
+
+    store = Store(data_dir=tmp_path / "data", hf_cache=tmp_path / "hf")
+    store.import_folder(str(tiny_models.target))
+    store.import_folder(str(tiny_models.draft))
+    w = make_window(draft=True, store=store)
+    qtbot.waitUntil(lambda: bool(w.models.entries), timeout=30_000)
+    w.compare.kind_combo.set_kind("dflash")  # the longest kind name in the titles
+    w.resize(1024, 700)
+    for theme in ("light", "dark"):
+        w.set_theme(theme)
+        for name in ("Compare", "Models", "Bench"):
+            w.show_view(name)
+            qtbot.wait(50)
+            page = w.stack.currentWidget()
+            assert w.width() == 1024, name
+            assert page.horizontalScrollBar().maximum() == 0, (
+                f"{name} needs {w.views[name].minimumSizeHint().width()} px, "
+                f"the window gives it {page.viewport().width()}")

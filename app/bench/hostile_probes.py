@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app import kinds as draft_kinds
 from app.bench.soak import PROMPTS
 
 
@@ -64,6 +65,8 @@ def _valid_body(rng: random.Random, t: Target) -> tuple[str, dict]:
         body["seed"] = rng.randrange(2**31)
     if rng.random() < 0.5:
         body["draftpair"] = {"draft_kind": rng.choice(t.kinds)}
+        if rng.random() < 0.5:  # earlier replies are kept per conversation a client names
+            body["draftpair"]["conversation"] = f"soak-{rng.randrange(6)}"
     if rng.random() < 0.2:
         body["stop"] = [rng.choice(["\n", ".", " the", "?"])]
     shape = rng.choice(["chat", "chat", "text", "ids"])
@@ -142,7 +145,7 @@ _WRONG = [
     ("stop", 5),
     ("stop", ["x"] * 100),
     ("draftpair", [1]),
-    ("draftpair", {"draft_kind": ["none"]}),
+    ("draftpair", {"draft_kind": [draft_kinds.OFF]}),
     ("draftpair", {"draft_width": "wide"}),
     ("draftpair", {"nope": 1}),
     ("n", 3),

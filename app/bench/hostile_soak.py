@@ -48,6 +48,8 @@ class ServerSoakConfig:
     client_timeout_s: float = 2.0  # the server's --client-timeout
     request_timeout_s: float = 120.0  # no answer within this: a hang
     max_body: int = 256 * 1024
+    # a small cap, so that keeping earlier replies per key and conversation must evict
+    reply_memory_mb: float = 0.25
 
 
 @dataclass
@@ -70,14 +72,20 @@ class ServerSoakResult:
     rss_trace: list[int] = field(default_factory=list)
     log_tracebacks: int = 0
     log_lines: int = 0
+    reply_memory: list[dict[str, int]] = field(default_factory=list)  # status, each tenth
     exit_code: int | None = None
     elapsed_s: float = 0.0
     interrupted: bool = False
 
     @property
+    def reply_memory_over_cap(self) -> bool:
+        return any(m.get("bytes", 0) > m.get("cap_bytes", 0) for m in self.reply_memory)
+
+    @property
     def ok(self) -> bool:
         return not (self.crashes or self.hangs or self.server_errors or self.wrong
-                    or self.log_tracebacks) and self.valid_answered == self.valid
+                    or self.log_tracebacks or self.reply_memory_over_cap
+                    ) and self.valid_answered == self.valid
 
     def to_dict(self) -> dict:
         return {
@@ -91,6 +99,7 @@ class ServerSoakResult:
             "rss_mib": {k: round(v / 2**20, 1) for k, v in self.rss.items()},
             "rss_trace_mib": [round(x / 2**20, 1) for x in self.rss_trace],
             "log_tracebacks": self.log_tracebacks, "log_lines": self.log_lines,
+            "reply_memory": self.reply_memory,
             "exit_code": self.exit_code, "elapsed_s": round(self.elapsed_s, 1),
             "interrupted": self.interrupted, "ok": self.ok,
         }  # fmt: skip
@@ -110,6 +119,7 @@ class ServerSoakResult:
             f"{self.slow_closed_by_server} closed by the server",
             f"server RSS {mib('start')} -> {mib('end')}, max {mib('max')}; after each tenth "
             "(MiB): " + " ".join(f"{x / 2**20:.0f}" for x in self.rss_trace),
+            self._reply_memory_line(),
             f"statuses {dict(sorted(self.statuses.items(), key=str))}; families "
             f"{dict(self.families)}",
         ]
@@ -118,6 +128,17 @@ class ServerSoakResult:
             lines += [f"  {title}: {x}" for x in items[:10]]
         return "\n".join(lines)
 
+    def _reply_memory_line(self) -> str:
+        if not self.reply_memory:
+            return "earlier replies kept: not reported"
+        last = self.reply_memory[-1]
+        peak = max(m.get("bytes", 0) for m in self.reply_memory)
+        return (f"earlier replies kept: at most {peak / 1024:.0f} KiB of the "
+                f"{last.get('cap_bytes', 0) / 1024:.0f} KiB cap"
+                + (" (OVER THE CAP)" if self.reply_memory_over_cap else "")
+                + f"; at the end {last.get('replies', 0)} replies in {last.get('scopes', 0)} "
+                "scopes")
+
 
 # -- one request ---------------------------------------------------------------------------------
 
@@ -125,7 +146,7 @@ class ServerSoakResult:
 def send(url: str, probe: Probe, timeout_s: float) -> tuple[int, bytes]:
     """Send ``probe``; returns (status, body). Raises OSError (timeouts included)."""
     u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout_s)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=timeout_s)
     headers: dict[str, str | bytes] = {"Content-Type": "application/json"}
     if probe.key is not None:
         headers["Authorization"] = b"Bearer " + probe.key
@@ -174,7 +195,7 @@ class Loiterers:
     def __init__(self, url: str, config: ServerSoakConfig, result: ServerSoakResult,
                  server: ServerProcess, max_opens: int = 50_000):
         u = urllib.parse.urlsplit(url)
-        self.addr = (u.hostname, u.port)
+        self.addr = (u.hostname or "127.0.0.1", u.port or 80)
         self.config = config
         self.result = result
         self.server = server
@@ -234,10 +255,10 @@ class Loiterers:
                     kept.append(s)
             self.idle = kept
             while len(self.idle) < self.config.idle_connections:
-                s = self._open(b"" if len(self.idle) % 3 == 0 else self.HALF_SENT)
-                if s is None:
+                opened = self._open(b"" if len(self.idle) % 3 == 0 else self.HALF_SENT)
+                if opened is None:
                     break
-                self.idle.append(s)
+                self.idle.append(opened)
                 self.result.idle_opened += 1
             moving = []
             for s, data, sent in self.slow:
@@ -254,10 +275,10 @@ class Loiterers:
                 moving.append((s, data, sent))
             self.slow = moving
             while len(self.slow) < self.config.slow_clients:
-                s = self._open(b"")
-                if s is None:
+                opened = self._open(b"")
+                if opened is None:
                     break
-                self.slow.append((s, slow_request, 0))
+                self.slow.append((opened, slow_request, 0))
                 self.result.slow_opened += 1
             if tick % 5 == 0:
                 self.rss_max = max(self.rss_max, self.server.rss())
@@ -283,7 +304,8 @@ def server_args(config: ServerSoakConfig, *, model: str, draft: str | None) -> l
     cap = config.idle_connections + config.slow_clients + config.concurrency + 2
     args = ["--model", model, "--api-key", SOAK_KEY, "--max-body", str(config.max_body),
             "--client-timeout", str(config.client_timeout_s), "--max-connections", str(cap),
-            "--max-queue", str(config.concurrency + 2)]
+            "--max-queue", str(config.concurrency + 2),
+            "--suffix-memory-mb", str(config.reply_memory_mb)]
     if draft:
         args += ["--draft", draft]
     return args
@@ -334,6 +356,7 @@ def _soak(server: ServerProcess, config: ServerSoakConfig, result: ServerSoakRes
                     _record(result, *fut.result(), server)
                     if (i + 1) % max(config.requests // 10, 1) == 0:
                         result.rss_trace.append(server.rss())
+                        result.reply_memory.append(_reply_memory(server.url, config, key))
                     if progress is not None:
                         progress(i + 1, config.requests, result)
                     if result.crashes:
@@ -351,6 +374,16 @@ def _soak(server: ServerProcess, config: ServerSoakConfig, result: ServerSoakRes
         result.rss["end"] = server.rss()
         result.rss["max"] = max([loiterers.rss_max, result.rss["start"], result.rss["end"],
                                  *result.rss_trace])
+
+
+def _reply_memory(url: str, config: ServerSoakConfig, key: bytes) -> dict[str, int]:
+    """What the server keeps of earlier replies (its status endpoint's figures)."""
+    try:
+        status, body = send(url, Probe("valid", "GET", "/v1/draftpair/status", None, key,
+                                       (200,)), config.request_timeout_s)
+        return dict(json.loads(body)["reply_memory"]) if status == 200 else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _one(url: str, probe: Probe, config: ServerSoakConfig

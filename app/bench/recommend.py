@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app import kinds
 from app.bench.stats import FASTER, MIN_RUNS, SLOWER, TOO_FEW, median
 
 
@@ -45,7 +46,7 @@ def recommend_drafters(
     for task_kind, per_drafter in by_kind.items():
         if any(r["verdict"] == TOO_FEW for rs in per_drafter.values() for r in rs):
             out[task_kind] = Recommendation(
-                task_kind, "none", 0, None,
+                task_kind, kinds.OFF, 0, None,
                 f"too few runs to recommend a drafter ({more_runs})",
             )
             continue
@@ -63,7 +64,7 @@ def recommend_drafters(
                 slower = any(r["verdict"] == SLOWER for r in rs)
                 notes.append(f"{drafter} {'was slower' if slower else 'did not clearly pay'}")
         out[task_kind] = best or Recommendation(
-            task_kind, "none", 0, None,
+            task_kind, kinds.OFF, 0, None,
             "; ".join(notes) + ": decode without speculation" if notes
             else "no drafter was measured",
         )

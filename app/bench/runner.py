@@ -26,14 +26,22 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app import kinds
 from app.bench.measure import WARMUP_TOKENS, ContentionMeter, plan
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, Condition, RunRecord
 from app.bench.suite import Task, load_suite, select_tasks
-from app.engine import registry
 from app.errors import DraftPairError
 
-DRAFT_KINDS = tuple(k for k in registry.KINDS if k != "none")
-DEFAULT_WIDTHS = {k: registry.spec(k).default_width for k in DRAFT_KINDS}
+
+def draft_kinds() -> tuple[str, ...]:
+    """The kinds the bench measures by default: every registered kind that proposes."""
+    return tuple(p.name for p in kinds.drafting())
+
+
+def default_widths() -> dict[str, int]:
+    return {p.name: p.default_width for p in kinds.drafting()}
+
+
 QUICK_MAX_TOKENS = 32
 PERSISTENT_RUNS = 3  # flagged runs in a row after which re-runs stop
 
@@ -45,7 +53,7 @@ class BenchConfig:
     kinds: tuple[str, ...] | None = None  # None: every kind the pair supports
     runs: int = 3
     temperatures: tuple[float, ...] = (0.0, 1.0)
-    widths: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_WIDTHS))
+    widths: dict[str, int] = field(default_factory=default_widths)
     task_ids: tuple[str, ...] | None = None
     suite_path: str | None = None
     quick: bool = False
@@ -232,7 +240,8 @@ def _load_session(config: BenchConfig) -> Any:
     session = Session()
     session.load_target(config.model)
     draft = resolve_draft(config)
-    wants_draft = config.kinds is None or "full-model" in config.kinds
+    wanted = config.kinds if config.kinds is not None else draft_kinds()
+    wants_draft = any(kinds.get(k).needs_draft_folder for k in wanted if k in kinds.names())
     if draft is not None and wants_draft:
         session.load_draft(draft)
     return session
@@ -256,22 +265,23 @@ TREE_KINDS = ("full-model", "mtp", "dflash")
 def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition], dict[str, str]]:
     """The conditions to measure, and the kinds left out with the reason."""
     available = session.available_kinds()
-    wanted = config.kinds if config.kinds is not None else DRAFT_KINDS
+    wanted = config.kinds if config.kinds is not None else draft_kinds()
     unknown = [k for k in wanted if k not in available]
     if unknown:
         raise DraftPairError(
-            f"Unknown draft kind {unknown[0]!r}; choose from {', '.join(DRAFT_KINDS)}."
+            f"Unknown draft kind {unknown[0]!r}; choose from {', '.join(draft_kinds())}."
         )
-    conditions = [Condition(OFF, "draftpair", "none", 0)]
+    conditions = [Condition(OFF, "draftpair", kinds.OFF, 0)]
     skipped: dict[str, str] = {}
     for kind in wanted:
-        if kind == "none":
+        plugin = kinds.get(kind)
+        if not plugin.proposes:
             continue
         reason = available.get(kind)
         if reason:
             skipped[kind] = reason
             continue
-        width = int(config.widths.get(kind, DEFAULT_WIDTHS.get(kind, 4)))
+        width = int(config.widths.get(kind, plugin.default_width))
         conditions.append(Condition(kind, "draftpair", kind, width,
                                     lookup_assist=config.lookup_assist))
         if kind in TREE_KINDS:
@@ -279,10 +289,9 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
                                         lookup_assist=config.lookup_assist, trees=mode)
                               for mode in config.trees if mode != "off")
     if config.peers:
-        conditions.append(Condition(PEER_PLAIN, "mlx-lm", "none", 0))
-        if any(c.draft_kind == "full-model" for c in conditions):
-            width = int(config.widths.get("full-model", DEFAULT_WIDTHS["full-model"]))
-            conditions.append(Condition(PEER_SPEC, "mlx-lm", "full-model", width))
+        conditions.append(Condition(PEER_PLAIN, "mlx-lm", kinds.OFF, 0))
+        for peer in [c for c in conditions if kinds.get(c.draft_kind).mlx_lm_peer][:1]:
+            conditions.append(Condition(PEER_SPEC, "mlx-lm", peer.draft_kind, peer.width))
     for url in config.remotes:
         from app.remote.client import parse_url
 
@@ -377,7 +386,7 @@ def _execute_peer(
     from app.bench.peers import run_mlx_lm
 
     target = session.target
-    draft = session.draft.model if cond.draft_kind == "full-model" else None
+    draft = session.draft.model if kinds.get(cond.draft_kind).mlx_lm_peer else None
     try:
         res = run_mlx_lm(
             model=target.model, tokenizer=target.tokenizer, prompt=prompt,

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from app import kinds
 from app.engine.events import DoneEvent, GenerationRequest, SamplingParams, TokenEvent
 from app.engine.validation import problems
 
@@ -204,7 +205,7 @@ class _Runner:
     def reference(self, req: GenerationRequest) -> DoneEvent | None:
         key = (req.prompt, req.chat, req.system_prompt, req.max_tokens, req.stop, req.sampling)
         if key not in self.plain:
-            plain = replace(req, draft_kind="none", draft_width=None)
+            plain = replace(req, draft_kind=kinds.OFF, draft_width=None)
             self.plain[key] = self.run(plain, counted=False)
         return self.plain[key]
 
@@ -276,7 +277,7 @@ def _one(runner: _Runner, rng: random.Random, config: SoakConfig, req: Generatio
         cancel_after = rng.choice([-1, 1, 2, 5])
     result.kinds[req.draft_kind] += 1
     done = runner.run(req, cancel_after)
-    if (done is not None and greedy and cancel_after is None and req.draft_kind != "none"
+    if (done is not None and greedy and cancel_after is None and not kinds.is_off(req.draft_kind)
             and done.finish_reason in ("stop", "length")):
         ref = runner.reference(req)
         if ref is not None:

@@ -5,21 +5,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app import kinds as draft_kinds
 from app.bench.measure import paired_speedup
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
 from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, verdict
 
 # (name, what, baseline condition, compared condition, task kinds or None for all, target)
-GOALS = (
-    ("plain-vs-mlx-lm", "plain decoding through DraftPair vs mlx_lm.stream_generate",
-     PEER_PLAIN, OFF, None, 0.98),
-    ("full-model-vs-mlx-lm", "full-model draft vs mlx-lm speculative, same pair and width",
-     PEER_SPEC, "full-model", None, 1.10),
-    ("prompt-lookup-rewrite", "prompt lookup on rewrite tasks vs plain",
-     OFF, "prompt-lookup", ("rewrite",), 4.0),
-    ("prompt-lookup-prose", "prompt lookup on prose vs plain",
-     OFF, "prompt-lookup", ("prose",), 0.98),
-)
+PLAIN_GOAL = ("plain-vs-mlx-lm", "plain decoding through DraftPair vs mlx_lm.stream_generate",
+              PEER_PLAIN, OFF, None, 0.98)
+_BASELINES = {"off": OFF, "peer": PEER_SPEC}  # a kind's goal is against plain or the peer
+
+
+Goal = tuple[str, str, str, str, tuple[str, ...] | None, float]
+
+
+def goals() -> tuple[Goal, ...]:
+    """The plain goal, then each draft kind's own (``KindPlugin.bench_goals``)."""
+    out: list[Goal] = [PLAIN_GOAL]
+    for p in draft_kinds.drafting():
+        for suffix, what, base, task_kinds, target in p.bench_goals:
+            out.append((f"{p.name}-{suffix}", what, _BASELINES[base], p.name, task_kinds,
+                        target))
+    return tuple(out)
 
 
 def _cells(runs: Sequence[RunRecord]) -> dict[tuple[str, float, str], list[RunRecord]]:
@@ -116,7 +123,8 @@ def summarize(report: BenchReport) -> dict[str, Any]:
                                      "compared_to": OFF, **ident.to_dict(), **extra})
                     row["identity_vs_off"] = {**ident.to_dict(), **extra}
             rows.append(row)
-        for ours, theirs in ((OFF, PEER_PLAIN), ("full-model", PEER_SPEC)):
+        peers = [(p.name, PEER_SPEC) for p in draft_kinds.plugins() if p.mlx_lm_peer]
+        for ours, theirs in ((OFF, PEER_PLAIN), *peers):
             a = cells.get((task_id, temp, ours), [])
             b = cells.get((task_id, temp, theirs), [])
             if a and b:
@@ -154,7 +162,7 @@ def summarize(report: BenchReport) -> dict[str, Any]:
 def _goals(cells: dict[tuple[str, float, str], list[RunRecord]],
            task_kind: dict[str, str]) -> list[dict[str, Any]]:
     out = []
-    for name, what, base, cond, kinds, target in GOALS:
+    for name, what, base, cond, kinds, target in goals():
         per_task = []
         for (task_id, temp, c), mine in cells.items():
             if c != cond or (kinds and task_kind.get(task_id) not in kinds):

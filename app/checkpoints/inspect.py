@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from app.checkpoints.eagle3_config import eagle3_config
 from app.checkpoints.safetensors_header import WeightsSummary, layer_index, summarize_weights
 from app.checkpoints.tokenizer_files import TokenizerInfo, read_chat_template, read_tokenizer
 from app.fileio import JSON_LIMIT, read_regular_text
@@ -30,15 +31,18 @@ KIND_CHAT = "chat"
 KIND_BASE = "base"  # no chat template: chats as plain text, and can draft where it pairs
 KIND_DRAFT = "draft-candidate"
 KIND_DFLASH = "dflash"
+KIND_EAGLE3 = "eagle3-drafter"
 KIND_MTP_TARGET = "mtp-target"
 KIND_UNSUPPORTED = "unsupported"
 TARGET_KINDS = (KIND_CHAT, KIND_BASE, KIND_MTP_TARGET)  # what can be chatted with
+DRAFTER_FOLDER_KINDS = (KIND_DFLASH, KIND_EAGLE3)  # drafters that only help their target
 
 KIND_LABELS = {  # plain names; the technical name (``kind``) stays in tooltips and the CLI
     KIND_CHAT: "chat model",
     KIND_BASE: "base model (plain text)",
     KIND_DRAFT: "draft model",
     KIND_DFLASH: "block drafter (DFlash)",
+    KIND_EAGLE3: "layer-reading drafter (EAGLE-3)",
     KIND_MTP_TARGET: "chat model with its own drafter (MTP)",
     KIND_UNSUPPORTED: "unsupported",
 }
@@ -50,6 +54,8 @@ KIND_EXPLAIN = {  # one line each, for a person who has never heard of speculati
                 "for chatting on its own.",
     KIND_DFLASH: "Guesses a whole block of tokens at once for the one model it was made for; "
                  "it cannot chat.",
+    KIND_EAGLE3: "Guesses the next few tokens for the one model it was made for, reading "
+                 "three of that model's layers; it does not chat on its own.",
     KIND_MTP_TARGET: "A chat model that carries its own extra prediction layer (a "
                      "multi-token-prediction head), so it needs no separate draft.",
     KIND_UNSUPPORTED: "DraftPair cannot use this folder; the reason is shown beside it.",
@@ -144,7 +150,8 @@ def dflash_config(config: dict) -> dict | None:
     if not (isinstance(inner, dict) or "DFlashDraftModel" in archs):
         return None
     inner = inner if isinstance(inner, dict) else {}
-    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    given = config.get("rope_parameters")
+    rope: dict[str, Any] = given if isinstance(given, dict) else {}
     return {
         "block_size": inner.get("block_size", config.get("block_size")),
         "mask_token_id": inner.get("mask_token_id", config.get("mask_token_id")),
@@ -232,6 +239,7 @@ class CheckpointInfo:
     chat_template: str | None = None
     mtp_tensors: list[str] = field(default_factory=list)
     dflash: dict | None = None
+    eagle3: dict | None = None
     draft_head_ids: list[int] | None = None
     draft_head_error: str | None = None
     remote_code: bool = False
@@ -367,6 +375,7 @@ def _inspect(path: Path, read_tokenizer_files: bool) -> CheckpointInfo:
     info.quantization, info.quantization_problem = quantization_summary(config)
     info.arch_supported, info.arch_detail = mlx_lm_supports(info.model_type, info.architectures)
     info.dflash = dflash_config(config)
+    info.eagle3 = eagle3_config(config)
     info.mtp_tensors = mtp_weights(list(info.weights.tensors), config) if info.weights else []
     info.draft_head_ids, info.draft_head_error = read_draft_head(path)
     if read_tokenizer_files:
@@ -393,6 +402,12 @@ def _classify(info: CheckpointInfo) -> tuple[str, str | None]:
         if w and w.errors:
             return KIND_UNSUPPORTED, w.errors[0]
         return KIND_DFLASH, None
+    if info.eagle3 is not None:
+        if w is None or not w.files:
+            return KIND_UNSUPPORTED, "There are no .safetensors weight files in this folder."
+        if w.errors:
+            return KIND_UNSUPPORTED, w.errors[0]
+        return KIND_EAGLE3, None
     if w is None or not w.files:
         if w and w.pickle_files:
             return KIND_UNSUPPORTED, (

@@ -3,7 +3,7 @@
 Public API:
     memory_budget() -> Budget          Metal: recommended working set; else 75% of RAM (psutil)
     kv_bytes_per_token(info) -> int
-    estimate_memory(target, draft=None, *, context, draft_kind="full-model", width=None,
+    estimate_memory(target, draft=None, *, context, draft_kind=None, width=None,
                     budget=None) -> MemoryEstimate
     format_bytes(n) -> str
 
@@ -159,31 +159,39 @@ def _scratch(info: CheckpointInfo, context: int, width: int) -> int:
     return prefill + verify_logits
 
 
+def one_layer_kv_bytes(info: CheckpointInfo, context: int) -> int:
+    """K/V of a single attention layer shaped like ``info``'s, at ``context`` tokens (a
+    prediction head's own cache)."""
+    cfg = text_config(info.config or {})
+    heads = _int(cfg, "num_key_value_heads", _int(cfg, "num_attention_heads", 0))
+    hidden = _int(cfg, "hidden_size", 0)
+    head_dim = _int(cfg, "head_dim", hidden // max(_int(cfg, "num_attention_heads", 1), 1))
+    return 2 * heads * head_dim * _act_bytes(info) * context
+
+
 def estimate_memory(
     target: CheckpointInfo,
     draft: CheckpointInfo | None = None,
     *,
     context: int,
-    draft_kind: str = "full-model",
+    draft_kind: str | None = None,
     width: int | None = None,
     budget: Budget | None = None,
 ) -> MemoryEstimate:
+    """Both weights, both caches and the verify scratch; the draft kind (a registered one, or
+    None for a plain draft folder) says what its drafter keeps."""
+    from app import kinds
+
     budget = budget or memory_budget()
-    width = width or (16 if draft_kind == "dflash" else 8)
+    plugin = kinds.find(draft_kind)
+    width = width or (plugin.scratch_width if plugin is not None else 8)
     t_kv = kv_bytes_per_token(target) * context
     d_w = draft.weight_bytes if draft is not None else 0
-    d_kv = 0
-    if draft is not None:
-        if draft_kind == "dflash":
-            d_kv = kv_bytes_per_token(draft) * context  # committed context K/V only
-        else:
-            d_kv = kv_bytes_per_token(draft) * context
-    elif draft_kind == "mtp":
-        cfg = text_config(target.config or {})
-        heads = _int(cfg, "num_key_value_heads", _int(cfg, "num_attention_heads", 0))
-        hidden = _int(cfg, "hidden_size", 0)
-        head_dim = _int(cfg, "head_dim", hidden // max(_int(cfg, "num_attention_heads", 1), 1))
-        d_kv = 2 * heads * head_dim * _act_bytes(target) * context  # one MTP attention layer
+    own = plugin.draft_kv_bytes(target, draft, context) if plugin is not None else None
+    if own is not None:
+        d_kv = own
+    else:
+        d_kv = kv_bytes_per_token(draft) * context if draft is not None else 0
     scratch = _scratch(target, context, width) + (_scratch(draft, context, width) if draft else 0)
     return MemoryEstimate(
         target_weights=target.weight_bytes,

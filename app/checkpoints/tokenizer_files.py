@@ -322,6 +322,7 @@ def _fields(buf: bytes):
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         field_no, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 1:

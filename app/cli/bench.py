@@ -8,12 +8,12 @@ import sys
 import threading
 from pathlib import Path
 
-from app.engine.registry import KINDS as KIND_CHOICES
+from app.cli import kind_args
 
 
 def _width_arg(text: str) -> tuple[str, int]:
     kind, _, value = text.partition("=")
-    if kind not in KIND_CHOICES[1:] or not value.isdigit() or not 1 <= int(value) <= 64:
+    if kind not in kind_args.drafting_choices() or not value.isdigit() or not 1 <= int(value) <= 64:
         raise argparse.ArgumentTypeError(f"expected KIND=N with N in 1..64, got {text!r}")
     return kind, int(value)
 
@@ -27,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rows (add --peers for them)")
     p.add_argument("--model", default="demo", help="target: folder, store name or 'demo'")
     p.add_argument("--draft-model", help="draft folder (default: the demo draft, if shipped)")
-    p.add_argument("--kinds", nargs="+", choices=KIND_CHOICES, metavar="KIND",
-                   help="draft kinds to measure (default: all the pair supports; 'none': plain "
-                   "decoding and the peer rows only)")
+    p.add_argument("--kinds", nargs="+", choices=kind_args.choices(), metavar="KIND",
+                   help=f"draft kinds to measure: {kind_args.listing()} (default: all the pair "
+                   "supports; the off kind alone: plain decoding and the peer rows only)")
     p.add_argument("--runs", type=int, help="measured runs per condition (default 3; quick 1)")
     p.add_argument("--temps", nargs="+", type=float, metavar="T",
                    help="temperatures (default 0 1.0; quick 0)")
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", type=Path, help="a suite folder (default: the shipped one)")
     p.add_argument("--max-tokens", type=int, help="cap every task's output length")
     p.add_argument("--width", action="append", type=_width_arg, default=[], metavar="KIND=N",
-                   help="proposals per round for a kind (default prompt-lookup=7, full-model=4)")
+                   help=f"proposals per round for a kind (default {kind_args.widths()})")
     peers = p.add_mutually_exclusive_group()
     peers.add_argument("--no-peers", dest="peers", action="store_false", default=None,
                        help="skip the mlx-lm peer rows (--quick skips them already)")
@@ -57,6 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rollback", action="store_true",
                    help="only measure what rewinding the target costs per round, as a "
                    "fraction of a plain step (writes rollback.json)")
+    p.add_argument("--sequences", action="store_true",
+                   help="run the multi-request tasks instead (a sequence of requests to one "
+                   "session: an edited file, tool calls, a growing list); kinds that keep "
+                   "earlier replies are reported first use and warmed, apart (writes "
+                   "sequences.md and sequences.json)")
     p.add_argument("--remote", action="append", default=[], metavar="URL",
                    help="also measure an OpenAI-compatible endpoint (draftpair serve, "
                    "llama-server, vLLM, LM Studio) as a row; repeatable")
@@ -89,11 +94,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rollback:
         return _run_rollback(args)
+    if args.sequences:
+        return _run_sequences(args)
     from app.bench.report import write_report
-    from app.bench.runner import DEFAULT_WIDTHS, BenchConfig, Progress, run_bench
+    from app.bench.runner import BenchConfig, Progress, default_widths, run_bench
     from app.errors import DraftPairError
 
-    widths = dict(DEFAULT_WIDTHS)
+    widths = default_widths()
     widths.update(dict(args.width))
     options = dict(
         model=args.model,
@@ -164,7 +171,7 @@ def _run_rollback(args: argparse.Namespace) -> int:
     from app.engine.models import load_model
     from app.errors import DraftPairError
 
-    width = dict(args.width).get("full-model", 4)
+    width = next(iter(dict(args.width).values()), 4)  # the first --width KIND=N given
     try:
         target = load_model(args.model)
         cost = measure(target, width=width, seed=args.seed)
@@ -177,3 +184,45 @@ def _run_rollback(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(cost.to_dict(), indent=2))
     print(f"report: {path}")
     return 0
+
+
+def _run_sequences(args: argparse.Namespace) -> int:
+    import json
+
+    from app.bench.runner import BenchConfig, _load_session
+    from app.bench.sequences import (
+        default_kinds,
+        load_sequences,
+        plan,
+        render_markdown,
+        run_sequences,
+    )
+    from app.cli import EXIT_INTERRUPTED, CliError
+    from app.cli.interrupt import stop_on_ctrl_c
+    from app.errors import DraftPairError
+
+    kind_names = list(args.kinds) if args.kinds else default_kinds()
+    cancel = threading.Event()
+    try:
+        tasks = load_sequences()
+        if args.tasks:
+            unknown = sorted(set(args.tasks) - {t.id for t in tasks})
+            if unknown:
+                raise CliError(f"--tasks: no multi-request task {unknown[0]!r}; choose from "
+                               f"{', '.join(t.id for t in tasks)}")
+            tasks = [t for t in tasks if t.id in args.tasks]
+        session = _load_session(BenchConfig(model=args.model, kinds=tuple(kind_names)))
+        with stop_on_ctrl_c(cancel):
+            report = run_sequences(
+                session, tasks, plan(kind_names), temperatures=tuple(args.temps or (0.0,)),
+                runs=args.runs or 1, max_tokens=args.max_tokens, seed=args.seed,
+                progress=lambda msg: print(msg, file=sys.stderr, flush=True), cancel=cancel)
+    except DraftPairError as exc:
+        raise CliError(str(exc)) from None
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sequences.json").write_text(json.dumps(report.to_dict(), indent=1))
+    md = args.out / "sequences.md"
+    md.write_text(render_markdown(report))
+    print(render_markdown(report), file=sys.stderr)
+    print(f"report: {md}")
+    return EXIT_INTERRUPTED if report.cancelled else 0

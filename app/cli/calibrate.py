@@ -12,22 +12,27 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from app.kinds import KINDS, LABELS
+from app import kinds as draft_kinds
+from app.cli import kind_args
 
 if TYPE_CHECKING:
     from app.engine.calibration import Calibration
     from app.engine.session import Session
 
 SHOWN_SIZES = (1, 2, 3, 5, 9, 17)  # pass sizes in the printed table
-DEMO_DRAFTS = {"full-model": "demo-draft", "dflash": "demo-dflash"}
+
+
+def demo_drafts() -> dict[str, str]:
+    """Kind -> the built-in draft folder it uses with the demo target."""
+    return {p.name: p.demo_draft for p in draft_kinds.plugins() if p.demo_draft}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="measure this computer's speed for speculation again")
     p.add_argument("--model", default="demo", help="target: folder, store name or 'demo'")
-    p.add_argument("--draft-kind", nargs="+", choices=[k for k in KINDS if k != "none"],
+    p.add_argument("--draft-kind", nargs="+", choices=kind_args.drafting_choices(),
                    help="drafters to measure (default: every one the pair offers)")
-    p.add_argument("--draft-model", help="draft folder for full-model or dflash")
+    p.add_argument("--draft-model", help="draft folder, for the kinds that read one")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--verbose", "-v", action="store_true", help="details of errors")
     p.set_defaults(func=run)
@@ -35,7 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import CliError
-    from app.engine import registry
     from app.engine.events import StatusEvent
     from app.engine.session import Session
     from app.errors import DraftPairError
@@ -47,10 +51,11 @@ def run(args: argparse.Namespace) -> int:
     except DraftPairError as exc:
         raise CliError(str(exc), detail=exc.detail) from None
     available = session.available_kinds()
-    kinds = args.draft_kind or [k for k, why in available.items() if k != "none" and not why]
+    kinds = args.draft_kind or [k for k, why in available.items()
+                                if draft_kinds.get(k).proposes and not why]
     for kind in kinds:
         if available.get(kind):
-            raise CliError(f"{LABELS[kind]} cannot be measured: {available[kind]}.")
+            raise CliError(f"{draft_kinds.label(kind)} cannot be measured: {available[kind]}.")
     import threading
 
     from app.cli.interrupt import stop_on_ctrl_c
@@ -70,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if cal is None:  # Ctrl+C: the table kept before stays as it was
         print("draftpair: stopped; the kept table is unchanged", file=sys.stderr)
         return 130
-    names = {k: session.drafter_key(k) for k in kinds
-             if registry.spec(k).module is not None}
+    names = {k: session.drafter_key(k) for k in kinds if draft_kinds.get(k).proposes}
     if args.json:
         print(json.dumps(as_json(session, cal, names), indent=2))
     else:
@@ -80,13 +84,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_drafts(session: Session, args: argparse.Namespace) -> None:
-    wanted = args.draft_kind or list(DEMO_DRAFTS)
+    wanted = args.draft_kind or list(demo_drafts())
     if args.draft_model:
         session.load_draft(args.draft_model)
         return
     if str(args.model) != "demo":
         return
-    for kind, name in DEMO_DRAFTS.items():
+    for kind, name in demo_drafts().items():
         if kind in wanted:
             session.load_draft(name)
 
@@ -139,12 +143,12 @@ def describe(session: Session, cal: Calibration, names: dict[str, str]) -> str:
                   "again when the computer is idle."]
     lines += ["", f"Drafters (one drafting step, in plain steps at {cal.contexts[0]} tokens "
               "of context):"]
-    pad = max((len(LABELS[k]) for k in names), default=0)
+    pad = max((len(draft_kinds.label(k)) for k in names), default=0)
     for kind, key in names.items():
         ms = cal.draft_ms(key)
         if ms is None:
-            lines.append(f"  {LABELS[kind]:<{pad}}  runs no model: no cost to measure")
+            lines.append(f"  {draft_kinds.label(kind):<{pad}}  runs no model: no cost to measure")
         else:
-            lines.append(f"  {LABELS[kind]:<{pad}}  {ms:7.2f} ms  "
+            lines.append(f"  {draft_kinds.label(kind):<{pad}}  {ms:7.2f} ms  "
                          f"({cal.draft_cost(key, cal.contexts[0]):.3f} steps)")
     return "\n".join(lines)

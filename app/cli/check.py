@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.engine.registry import KINDS as KIND_CHOICES
-from app.engine.registry import spec
+from app import kinds
+from app.cli import kind_args
 
 EXIT_WILL_NOT_WORK = 3  # app.cli.EXIT_FOUND_PROBLEMS: the table in ``draftpair --help``
 
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("target", help="model folder, store name, HF repo id in the cache, or 'demo'")
     p.add_argument("draft", nargs="?", help="draft model (folder, name, repo id or 'demo-draft')")
-    p.add_argument("--kind", choices=KIND_CHOICES, help="drafting kind (default: from the draft)")
+    p.add_argument("--kind", choices=kind_args.choices(), help="drafting kind (default: from the draft)")
     p.add_argument(
         "--context", type=int, help="context length in tokens (default: min(4096, the target's))"
     )
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.context is not None and args.context <= 0:
         raise CliError("--context must be a positive number of tokens.", EXIT_USAGE)
-    needs_draft = args.kind is not None and spec(args.kind).needs_draft_model
+    needs_draft = args.kind is not None and kinds.get(args.kind).needs_draft_folder
     if args.draft and args.kind is not None and not needs_draft:
         raise CliError(f"--kind {args.kind} uses no draft model; leave DRAFT out.", EXIT_USAGE)
     if not args.draft and needs_draft:

@@ -201,16 +201,15 @@ def _teacher_pack(args) -> int:
 
 
 def _teacher_restore(args) -> int:
-    from mlx_lm import load
-
     from app.cli import CliError
     from app.demo.target import ensure_demo_target
     from app.demo.teacher_archive import DEFAULT_ARCHIVE, restore
+    from app.engine.mlx_types import load_lm
 
     archive = args.archive or DEFAULT_ARCHIVE
     if not Path(archive).is_file():
         raise CliError(f"There is no teacher archive at {archive}.")
-    model = None if args.no_soft_labels else load(str(ensure_demo_target(print)))[0]
+    model = None if args.no_soft_labels else load_lm(str(ensure_demo_target(print)))[0]
     seconds = args.minutes * 60 if args.minutes else None
     n, tokens = restore(archive, _workdir(args), model, seconds=seconds)
     print(f"restored {n} replies ({tokens} tokens)")
@@ -218,15 +217,14 @@ def _teacher_restore(args) -> int:
 
 
 def _teacher_self(args) -> int:
-    from mlx_lm import load
-
     from app.cli import CliError
     from app.demo import self_requests
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_lm
 
     if args.minutes <= 0 or args.batch <= 0 or args.max_tokens <= 0:
         raise CliError("--minutes, --batch and --max-tokens must be positive")
-    model, tokenizer = load(str(ensure_demo_target(print)))
+    model, tokenizer = load_lm(str(ensure_demo_target(print)))
     n, tokens = self_requests.generate(model, tokenizer, _workdir(args), minutes=args.minutes,
                                        batch=args.batch, max_tokens=args.max_tokens)
     print(f"teacher-self: +{n} replies, +{tokens} tokens")

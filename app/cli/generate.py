@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.engine.registry import KINDS, spec
+from app import kinds
+from app.cli import kind_args
 
 if TYPE_CHECKING:
     from app.engine.session import Session
@@ -22,12 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", type=Path, help="read the prompt from a file ('-': stdin)")
-    p.add_argument("--draft-model", help="draft folder for --draft-kind full-model")
-    p.add_argument("--draft-kind", default=None, choices=KINDS,
-                   help="none | full-model | prompt-lookup (default: full-model when "
-                   "--draft-model is given, else none)")
+    p.add_argument("--draft-model", help="draft folder, for the kinds that read one")
+    p.add_argument("--draft-kind", default=None, choices=kind_args.choices(),
+                   help=f"{kind_args.listing()} (default: the kind that reads --draft-model "
+                   f"when it is given, else {kinds.OFF})")
     p.add_argument("--draft-block-size", type=int, default=None, dest="width",
-                   help="proposals per round (full-model 4, prompt-lookup 7)")
+                   help=f"proposals per round (default {kind_args.widths()})")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temp", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -86,8 +87,10 @@ def run(args: argparse.Namespace) -> int:
     from app.cli import EXIT_USAGE, CliError
 
     submitted = time.perf_counter()  # time to first token counts from here: loading included
-    kind = args.draft_kind or ("full-model" if args.draft_model else "none")
-    if args.draft_model and not spec(kind).needs_draft_model:
+    kind = args.draft_kind or (kind_args.folder_kind(args.draft_model) if args.draft_model
+                               else kinds.OFF)
+    plugin = kinds.get(kind)
+    if args.draft_model and not plugin.needs_draft_folder:
         raise CliError(f"--draft-kind {kind} uses no draft model; leave --draft-model out",
                        EXIT_USAGE)
     if args.width is not None and not 1 <= args.width <= 64:
@@ -132,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         session.load_target(args.model)
         draft = args.draft_model
-        if kind == "full-model" and draft is None and str(args.model) == "demo":
-            draft = "demo-draft"
-        if spec(kind).needs_draft_model and draft is not None:
+        if draft is None and str(args.model) == "demo" and plugin.demo_draft:
+            draft = plugin.demo_draft
+        if plugin.needs_draft_folder and draft is not None:
             session.load_draft(draft)  # a DFlash folder or a small model
     except DraftPairError as exc:
         raise CliError(str(exc), detail=exc.detail) from None

@@ -272,6 +272,9 @@ def _import_progress():
     last = {"message": None, "pct": -1}
 
     def show(p) -> None:
+        if getattr(p, "plan", False):  # what the copy will be: a sentence of its own
+            print(p.message, file=sys.stderr, flush=True)
+            return
         pct = int(100 * p.fraction) if p.fraction is not None else None
         if p.message != last["message"]:
             if is_tty and last["message"] is not None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-KINDS = ("none", "full-model", "prompt-lookup", "mtp", "dflash")
+from app import kinds
+from app.cli import kind_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,9 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft", help="draft model folder (default for --model demo: the shipped "
                    "demo draft)")
     p.add_argument("--no-draft", action="store_true", help="load no draft model")
-    p.add_argument("--draft-kind", choices=KINDS, default=None,
-                   help="default draft kind of requests (default: full-model with a draft, "
-                   "else none); a request may ask for another in its 'draftpair' field")
+    p.add_argument("--draft-kind", choices=kind_args.choices(), default=None,
+                   help="default draft kind of requests (default: the kind of the loaded "
+                   f"draft, else {kinds.OFF}); a request may ask for another in its "
+                   "'draftpair' field")
     p.add_argument("--draft-width", type=int, default=None,
                    help="default proposals per round (default: the kind's own)")
     p.add_argument("--host", default="127.0.0.1",
@@ -41,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-timeout", type=float, default=20.0,
                    help="seconds a client has to send a request's headers, and again its "
                    "body, before the connection is closed (default 20)")
+    p.add_argument("--suffix-memory-mb", type=float, default=64.0, metavar="MB",
+                   help="memory for earlier replies that drafting from earlier replies "
+                   "proposes from, kept per API key and conversation (default 64; 0 keeps none)")
     p.set_defaults(func=run)
 
 
@@ -58,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--max-connections must be at least 1", EXIT_USAGE)
     if not 0.1 <= args.client_timeout <= 3600:
         raise CliError("--client-timeout must be between 0.1 and 3600 seconds", EXIT_USAGE)
+    if not 0 <= args.suffix_memory_mb <= 65536:
+        raise CliError("--suffix-memory-mb must be between 0 and 65536", EXIT_USAGE)
     if args.draft and args.no_draft:
         raise CliError("--draft and --no-draft contradict each other", EXIT_USAGE)
 
@@ -66,13 +73,14 @@ def run(args: argparse.Namespace) -> int:
     from app.server.runner import LOOPBACK, ServerConfig, serve
 
     draft = None if args.no_draft else args.draft
-    if draft is None and not args.no_draft and args.model == "demo" and args.draft_kind in (
-        None, "full-model"
-    ):
-        from app.demo.target import demo_draft_available, demo_draft_path
+    demo_kind = kinds.get(args.draft_kind) if args.draft_kind else kinds.for_folder({})
+    if (draft is None and not args.no_draft and args.model == "demo" and demo_kind is not None
+            and demo_kind.demo_draft):
+        from app.resources import resource_path
 
-        if demo_draft_available():
-            draft = str(demo_draft_path())
+        folder = resource_path(demo_kind.demo_draft)  # the kind's built-in draft for the demo
+        if (folder / "config.json").is_file():
+            draft = str(folder)
     config = ServerConfig(
         model=args.model, draft=draft, default_kind=args.draft_kind,
         default_width=args.draft_width, host=args.host, port=args.port, api_key=args.api_key,
@@ -81,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                       default_max_tokens=min(512, args.max_tokens_cap),
                       body_timeout_s=args.client_timeout),
         max_connections=args.max_connections, client_timeout_s=args.client_timeout,
+        reply_memory_bytes=int(args.suffix_memory_mb * 2**20),
     )
     if args.host not in LOOPBACK:
         print(f"draftpair: note: listening on {args.host}: other machines can reach this "

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
+
+from app.kinds import OFF
+from app.plugins.dflash import PLUGIN as _DFLASH
+
+DFLASH = _DFLASH.name
 
 
 def heldout_prompts(n: int, exclude: set[str]) -> list[dict]:
@@ -36,7 +42,7 @@ def selection_ids(workdir: Path | None) -> set[str]:
     return FeatureStore(Path(workdir) / "heldout").done_ids()
 
 
-def compare(drafter: Path | None, *, prompts: int = 12, exclude: set[str] = frozenset(),
+def compare(drafter: Path | None, *, prompts: int = 12, exclude: AbstractSet[str] = frozenset(),
             max_tokens: int = 128,
             width: int | None = None, log: Callable[[str], None] = print) -> dict:
     from app.demo.target import ensure_demo_target
@@ -50,7 +56,7 @@ def compare(drafter: Path | None, *, prompts: int = 12, exclude: set[str] = froz
 
     def run(msgs, kind):
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
-                                draft_width=width if kind != "none" else None,
+                                draft_width=width if kind != OFF else None,
                                 allow_fallback=False)
         done = None
         for ev in s.generate(req):
@@ -61,15 +67,15 @@ def compare(drafter: Path | None, *, prompts: int = 12, exclude: set[str] = froz
         return done
 
     todo = heldout_prompts(prompts, set(exclude))
-    run(todo[0]["messages"], "none")  # warm-up (and the drafter's cost measurement)
-    run(todo[0]["messages"], "dflash")
+    run(todo[0]["messages"], OFF)  # warm-up (and the drafter's cost measurement)
+    run(todo[0]["messages"], DFLASH)
     ratios, rows, same = [], [], 0
     for i, p in enumerate(todo):
-        order = ("none", "dflash") if i % 2 == 0 else ("dflash", "none")
+        order = (OFF, DFLASH) if i % 2 == 0 else (DFLASH, OFF)
         res = {k: run(p["messages"], k) for k in order}
-        a, b = res["none"].timings, res["dflash"].timings
+        a, b = res[OFF].timings, res[DFLASH].timings
         ratio = b.predicted_per_second / max(a.predicted_per_second, 1e-9)
-        identical = res["none"].token_ids == res["dflash"].token_ids
+        identical = res[OFF].token_ids == res[DFLASH].token_ids
         same += identical
         ratios.append(ratio)
         rows.append({"id": p["id"], "kind": p["kind"], "tokens": b.predicted_n,

@@ -22,6 +22,7 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
 
     from app.demo.dflash_train import Recipe, config_json, demo_config
     from app.demo.target import demo_target_dir
+    from app.engine.mlx_types import load_arrays
 
     workdir, out = Path(workdir), Path(out)
     state_path = workdir / "state.json"
@@ -34,7 +35,7 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     recipe = Recipe(**saved)
     target_cfg = json.loads((demo_target_dir() / "config.json").read_text())
     cfg = demo_config(target_cfg, recipe)
-    weights = {k: v.astype(mx.float16) for k, v in mx.load(str(ckpt)).items()}
+    weights = {k: v.astype(mx.float16) for k, v in load_arrays(ckpt).items()}
     calibration, held = heldout_calibration(workdir, cfg, weights)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -60,17 +61,17 @@ def heldout_calibration(workdir: Path, cfg, weights) -> tuple[list[float], dict]
     """Per block position: held-out accuracy / mean confidence of the exported weights (the
     drafter scales its confidence by it when it sizes a round)."""
     import mlx.core as mx
-    from mlx_lm import load
 
     from app.demo.dflash_features import FeatureStore
     from app.demo.dflash_train import Batcher, DFlashModel, acceptance
     from app.demo.target import demo_target_dir
+    from app.engine.mlx_types import load_lm
     from app.engine.models import dequantized_weight
 
     seqs = FeatureStore(workdir / "heldout").load()
     if not seqs:
         return [], {}
-    target, _ = load(str(demo_target_dir()))
+    target, _ = load_lm(str(demo_target_dir()))
     ids = json.loads((workdir / "draft_head.json").read_text())["token_ids"]
     embed = dequantized_weight(target.model.embed_tokens).astype(mx.float32)
     model = DFlashModel(cfg)

@@ -260,7 +260,9 @@ class Trainer:
         if opt_path.exists():
             from mlx.utils import tree_unflatten
 
-            self.opt.state = tree_unflatten(list(mx.load(str(opt_path)).items()))
+            from app.engine.mlx_types import load_arrays
+
+            self.opt.state = tree_unflatten(list(load_arrays(opt_path).items()))
         self.state.setdefault("step", 0)
         self.state.setdefault("train_seconds", 0.0)
         self.state.setdefault("curve", [])
@@ -325,14 +327,13 @@ def run(workdir: Path, teacher_dir: Path, recipe: Recipe, *, chunk_minutes: floa
         feature_minutes: float = 4.0, heldout_n: int = 16, log=print) -> None:
     """The whole job: features, then alternate training chunks with new features, until
     ``recipe.minutes`` of training are done. Safe to stop and restart at any time."""
-    from mlx_lm import load
-
     from app.demo import teacher
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_lm
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = ensure_demo_target(log)
-    target, _tok = load(str(path))
+    target, _tok = load_lm(str(path))
     target_cfg = json.loads((path / "config.json").read_text())
     head_ids = demo_head_ids()
     (workdir / "draft_head.json").write_text(

@@ -17,9 +17,14 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from app.checkpoints.inspect import read_draft_head
 from app.errors import DraftPairError
+from app.kinds import OFF
+from app.plugins.full_model import PLUGIN as _FULL
+
+FULL = _FULL.name  # the drafter this evaluates against plain decoding
 
 
 def load_draft(folder: Path):
@@ -65,15 +70,17 @@ def plain_greedy(model, prompt_ids: list[int], max_tokens: int, eos: set[int]):
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
+    from app.engine.mlx_types import item_int
+
     cache = make_prompt_cache(model)
     t0 = time.perf_counter()
     logits = model(mx.array(prompt_ids)[None], cache=cache)
-    y = int(mx.argmax(logits[0, -1]).item())
+    y = item_int(mx.argmax(logits[0, -1]))
     t1 = time.perf_counter()
     out = [y]
     while len(out) < max_tokens and y not in eos:
         logits = model(mx.array([[y]]), cache=cache)
-        y = int(mx.argmax(logits[0, -1]).item())
+        y = item_int(mx.argmax(logits[0, -1]))
         out.append(y)
     t2 = time.perf_counter()
     return out, {"prefill_s": t1 - t0, "decode_s": t2 - t1, "n": len(out)}
@@ -85,6 +92,8 @@ def spec_greedy(target, draft, head, prompt_ids: list[int], max_tokens: int, eos
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+    from app.engine.mlx_types import int_list, item_int
+
     tc = make_prompt_cache(target)
     dc = make_prompt_cache(draft)
     from app.engine.models import dequantized_weight
@@ -92,7 +101,7 @@ def spec_greedy(target, draft, head, prompt_ids: list[int], max_tokens: int, eos
     w = dequantized_weight(draft.model.embed_tokens, head)
     t0 = time.perf_counter()
     logits = target(mx.array(prompt_ids)[None], cache=tc)
-    y = int(mx.argmax(logits[0, -1]).item())
+    y = item_int(mx.argmax(logits[0, -1]))
     draft.model(mx.array(prompt_ids)[None], cache=dc)
     mx.eval([c.state for c in dc])
     t1 = time.perf_counter()
@@ -105,11 +114,11 @@ def spec_greedy(target, draft, head, prompt_ids: list[int], max_tokens: int, eos
         inp = pending
         for _ in range(kk):
             h = draft.model(mx.array([inp]), cache=dc)
-            t = int(head[mx.argmax(h[0, -1] @ w.T)].item())
+            t = item_int(head[mx.argmax(h[0, -1] @ w.T)])
             props.append(t)
             inp = [t]
         v = target(mx.array([[y, *props]]), cache=tc)
-        tt = mx.argmax(v[0], axis=-1).tolist()
+        tt = int_list(mx.argmax(v[0], axis=-1))
         n = 0
         while n < kk and props[n] == tt[n]:
             n += 1
@@ -198,22 +207,22 @@ def engine_eval(target_path: Path, draft_path: Path, records: list[dict], *, k: 
 
     def run(msgs, kind):
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
-                                draft_width=k if kind != "none" else None)
+                                draft_width=k if kind != OFF else None)
         done = None
         for event in s.generate(req):
             if isinstance(event, DoneEvent):
                 done = event
         return done
 
-    run(make_prompt(int(records[0]["index"]))["messages"], "none")  # warm-up
-    run(make_prompt(int(records[0]["index"]))["messages"], "full-model")
+    run(make_prompt(int(records[0]["index"]))["messages"], OFF)  # warm-up
+    run(make_prompt(int(records[0]["index"]))["messages"], FULL)
     ratios, same, rows = [], 0, []
     acc = rnd = emitted = verifies = 0
     for i, r in enumerate(records):
         msgs = make_prompt(int(r["index"]))["messages"]
-        kinds = ("none", "full-model") if i % 2 == 0 else ("full-model", "none")
+        kinds = (OFF, FULL) if i % 2 == 0 else (FULL, OFF)
         res = {kind: run(msgs, kind) for kind in kinds}
-        a, b = res["none"], res["full-model"]
+        a, b = res[OFF], res[FULL]
         ta, tb = a.timings, b.timings
         ratio = tb.predicted_per_second / max(ta.predicted_per_second, 1e-9)
         ratios.append(ratio)
@@ -243,13 +252,13 @@ def engine_eval(target_path: Path, draft_path: Path, records: list[dict], *, k: 
 
 def main(draft: Path, workdir: Path | None, args) -> dict:
     import mlx.core as mx
-    from mlx_lm import load
 
     from app.demo.target import ensure_demo_target
     from app.demo.train import teacher_forced_eval
+    from app.engine.mlx_types import load_lm
 
     tpath = ensure_demo_target(print)
-    target, tok = load(str(tpath))
+    target, tok = load_lm(str(tpath))
     dmodel, head = load_draft(Path(draft))
     eos = set(int(e) for e in tok.eos_token_ids)
     say = (lambda *_: None) if args.json else print
@@ -265,7 +274,7 @@ def main(draft: Path, workdir: Path | None, args) -> dict:
         f"{own['tokens_per_verify']:.3f}, speedup median x{own['speedup_median']:.3f} "
         f"(plain {own['plain_tok_s_median']:.1f} tok/s, spec {own['spec_tok_s_median']:.1f} "
         f"tok/s), identical {own['identical']}/{own['prompts']}")
-    result = {"draft": str(draft), "teacher_forced": tf, "own_loop": own}
+    result: dict[str, Any] = {"draft": str(draft), "teacher_forced": tf, "own_loop": own}
     if args.engine:
         result["engine"] = engine_eval(tpath, Path(draft), records, k=args.k,
                                        max_tokens=args.max_tokens, log=say)

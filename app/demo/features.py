@@ -25,6 +25,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from app.demo import teacher
+from app.engine.mlx_types import load_arrays
 
 Log = Callable[[str], None]
 CHUNK_RECORDS = 64
@@ -157,7 +158,7 @@ class FeatureStore:
             by_file.setdefault(e["file"], []).append(e)
         out: list[dict] = []
         for name, entries in sorted(by_file.items()):
-            arrays = mx.load(str(self.dir / name))
+            arrays = load_arrays(self.dir / name)
             for e in entries:
                 if e["key"] in arrays:
                     item = {**e, "hidden": arrays[e["key"]]}

@@ -18,19 +18,24 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from app.engine.drafters.mtp_head import POSTNORM, PRENORM
+from app.kinds import OFF
+from app.plugins.full_model import PLUGIN as _FULL
+from app.plugins.mtp import PLUGIN as _MTP
+
+MTP, FULL = _MTP.name, _FULL.name  # the two drafters compared with plain decoding
 
 RUN_ALONE = "/drafters-alone"  # the key suffix of a run without prompt lookup beside them
 
 
 def teacher_forced(workdir: Path, teacher_dir: Path, head: Path | None, log=print) -> dict:
-    from mlx_lm import load
-
     from app.demo.mtp_train import MTPTrainer
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_lm
 
-    target, tok = load(str(ensure_demo_target(log)))
+    target, tok = load_lm(str(ensure_demo_target(log)))
     tr = MTPTrainer(workdir, teacher_dir, target, tok, lambda m: None)
     weights = (head / "model.safetensors") if head else (tr.best / "weights.safetensors")
     if head is not None:
@@ -40,7 +45,7 @@ def teacher_forced(workdir: Path, teacher_dir: Path, head: Path | None, log=prin
     tr.soft = dict(held)
     tr.store.extract(target, held, log=log, max_len=tr.cfg.max_len)
     tr.heldout = tr._examples(tr.store.load("heldout"))
-    out = {"trained_with": tr.cfg.hidden_state}
+    out: dict[str, Any] = {"trained_with": tr.cfg.hidden_state}
     for setting in (POSTNORM, PRENORM):
         ev = tr.evaluate(setting=setting)
         out[setting] = ev
@@ -77,13 +82,11 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
 
     records = prompt_set(which, teacher_dir, prompts)
     s = Session()
-    s.load_target("demo")
+    target = s.load_target("demo")
     if head is not None:  # this head folder instead of the shipped one
-        from app.engine.drafters import mtp
-
-        s.assets["mtp"] = mtp.load(head, s.target)
+        s.load_for(MTP, head)
     s.load_draft(str(demo_draft_path()))
-    kinds = ("none", "mtp", "full-model")
+    kinds = (OFF, MTP, FULL)
 
     def run(msgs, kind):
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
@@ -97,18 +100,18 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
     warm = [{"role": "user", "content": "Say hello."}]
     for kind in kinds:
         run(warm, kind)
-    ratios: dict[str, list[float]] = {"mtp": [], "full-model": []}
-    same = {"mtp": 0, "full-model": 0}
+    ratios: dict[str, list[float]] = {MTP: [], FULL: []}
+    same = {MTP: 0, FULL: 0}
     stats = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0} for k in ratios}
     fallbacks = []
     hits = positions = 0
     for i, (label, msgs) in enumerate(records):
         order = kinds[i % 3:] + kinds[: i % 3]
         res = {kind: run(msgs, kind) for kind in order}
-        plain = res["none"]
+        plain = res[OFF]
         prompt = s.encode(GenerationRequest(messages=tuple(msgs)))
         tokens = prompt + list(plain.token_ids)
-        h, n = agreement(head_predictions(s.target.model, s.assets["mtp"], tokens), tokens,
+        h, n = agreement(head_predictions(target.model, s.assets[MTP], tokens), tokens,
                          len(prompt))
         hits, positions = hits + h, positions + n
         parts = [f"head {h / max(n, 1):.2f}"]
@@ -129,7 +132,7 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
                          f"acc/round {t.accept_len_mean:.2f}{'' if ident else ' DIFFERENT'}")
         log(f"  [{i + 1}/{len(records)}] {label:10s} n={plain.timings.predicted_n:3d}"
             f" plain {plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
-    out = {"prompts": len(records), "prompt_set": which, "max_tokens": max_tokens,
+    out: dict[str, Any] = {"prompts": len(records), "prompt_set": which, "max_tokens": max_tokens,
            "lookup_assist": lookup_assist,
            "fallbacks": fallbacks, "ratios": ratios,
            "head_agreement": hits / max(positions, 1), "head_positions": positions}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from app.demo.mtp_eval import RUN_ALONE
+from app.demo.mtp_eval import FULL, MTP, RUN_ALONE
+from app.engine.mlx_types import load_arrays
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -36,7 +37,7 @@ def export(workdir: Path, out: Path, *, which: str = "best") -> Path:
     run = json.loads((run_dir / "run.json").read_text())
     meta = json.loads((src / "meta.json").read_text())
     target_cfg = json.loads((demo_target_dir() / "config.json").read_text())
-    weights = {k: v.astype(mx.float16) for k, v in mx.load(str(weights_file)).items()}
+    weights = {k: v.astype(mx.float16) for k, v in load_arrays(weights_file).items()}
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
     shutil.copyfile(run_dir / "draft_head.json", out / "draft_head.json")
@@ -91,7 +92,7 @@ def engine_sections(evals: dict) -> str:
     command that reproduces it."""
     eng_lines = ""
     for which, eng in sorted((evals.get("engine_runs") or {}).items()):
-        m, f = eng["mtp"], eng["full-model"]
+        m, f = eng[MTP], eng[FULL]
         prompt_set = which.removesuffix(RUN_ALONE)
         alone = not eng.get("lookup_assist", True)
         eng_lines += (

@@ -31,6 +31,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -51,6 +52,7 @@ from app.engine.drafters.mtp_head import (
     inner_model,
     new_layer_like,
 )
+from app.engine.mlx_types import load_arrays
 from app.errors import DraftPairError
 from app.fileio import atomic_write_json
 
@@ -128,7 +130,7 @@ class MTPTrainer:
         self.set_head(json.loads(head_file.read_text())["token_ids"])
         self.module = init_demo_module(target)
         if init_from is not None:
-            weights = mx.load(str(init_from / "model.safetensors"))
+            weights = load_arrays(init_from / "model.safetensors")
             try:
                 self.module.load_weights([(k, v.astype(mx.float32)) for k, v in weights.items()])
             except ValueError as exc:
@@ -345,7 +347,7 @@ class MTPTrainer:
             return
         meta = json.loads(meta_path.read_text())
         self.module.load_weights(str(self.ckpt / "weights.safetensors"))
-        opt_state = mx.load(str(self.ckpt / "optimizer.safetensors"))
+        opt_state = load_arrays(self.ckpt / "optimizer.safetensors")
         self.opt.state = tree_unflatten(list(opt_state.items()))
         self.step, self.train_seconds = int(meta["step"]), float(meta["train_seconds"])
         self.tokens_seen, self.best_score = int(meta["tokens_seen"]), float(meta["best_score"])
@@ -450,19 +452,21 @@ def run(workdir: Path, teacher_dir: Path, *, minutes: float | None, train_minute
         batch_tokens: int | None = None, init_from: Path | None = None,
         new_head_ids: bool = False) -> None:
     """Alternate feature extraction (new teacher replies) and training until done/time."""
-    from mlx_lm import load
-
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_lm
 
     workdir.mkdir(parents=True, exist_ok=True)
     log = Logger(workdir)
     if setting not in (PRENORM, POSTNORM):
         raise ValueError(setting)
-    target, tok = load(str(ensure_demo_target(log)))
+    target, tok = load_lm(str(ensure_demo_target(log)))
+    given: dict[str, Any] = {}  # the rest keep MTPTrainConfig's defaults
+    if batch_tokens:
+        given["batch_tokens"] = batch_tokens
+    if lr:
+        given["lr"] = lr
     cfg = MTPTrainConfig(train_minutes=train_minutes or 60.0, hidden_state=setting,
-                         chain_weight=chain_weight, chat_weight=chat_weight,
-                         **({"batch_tokens": batch_tokens} if batch_tokens else {}),
-                         **({"lr": lr} if lr else {}))
+                         chain_weight=chain_weight, chat_weight=chat_weight, **given)
     tr = MTPTrainer(workdir, teacher_dir, target, tok, log, cfg=cfg, extend_to=train_minutes,
                     init_from=init_from, new_head_ids=new_head_ids)
     log(f"run: mtp head, teacher {teacher_dir}, config {asdict(tr.cfg)}")

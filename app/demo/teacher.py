@@ -95,6 +95,8 @@ class TeacherGenerator:
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
 
+        from app.engine.mlx_types import float_rows, int_rows
+
         gen = BatchGenerator(
             self.model,
             stop_tokens=[[t] for t in self.tok.eos_token_ids],
@@ -126,13 +128,14 @@ class TeacherGenerator:
                 if out_of_time:
                     break  # drop the replies in flight; they are regenerated next time
                 responses = gen.next_generated()
-                top_ids = top_lp = None
+                top_ids: list[list[int]] | None = None
+                top_lp: list[list[float]] = []
                 if self.topk and responses:
                     # the target's top-k log-probs at every reply position (soft labels)
                     lp = mx.stack([r.logprobs for r in responses])
                     ti = mx.argpartition(-lp, kth=self.topk - 1, axis=-1)[:, : self.topk]
                     tv = mx.take_along_axis(lp, ti, axis=-1)
-                    top_ids, top_lp = ti.tolist(), tv.tolist()
+                    top_ids, top_lp = int_rows(ti), float_rows(tv)
                 for j, r in enumerate(responses):
                     entry = active.get(r.uid)
                     if entry is None:

@@ -69,6 +69,8 @@ def soft_labels(model, record: dict) -> tuple[list[list[int]], list[list[float]]
     """The target's top-k log-probs at every reply position, from one teacher-forced pass."""
     import mlx.core as mx
 
+    from app.engine.mlx_types import float_rows, int_rows
+
     prompt, reply = list(record["prompt_ids"]), list(record["reply_ids"])
     tokens = prompt + reply
     logits = model(mx.array(tokens[:-1], dtype=mx.uint32)[None])[0, len(prompt) - 1:]
@@ -76,7 +78,7 @@ def soft_labels(model, record: dict) -> tuple[list[list[int]], list[list[float]]
                                                    keepdims=True)
     ids = mx.argpartition(-lp, kth=TOPK - 1, axis=-1)[:, :TOPK]
     vals = mx.take_along_axis(lp, ids, axis=-1)
-    return ids.tolist(), [[round(v, 3) for v in row] for row in vals.tolist()]
+    return int_rows(ids), [[round(v, 3) for v in row] for row in float_rows(vals)]
 
 
 def restore(archive: Path, workdir: Path, model, *, log: Callable[[str], None] = print,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.kinds import OFF
+
 # Acceptance rules (app/engine/verify.py); reported in timings.acceptance_rule.
 RULE_NONE = "none"  # plain decoding
 RULE_GREEDY = "greedy"  # temperature 0: argmax match, exact
@@ -43,7 +45,7 @@ class GenerationRequest:
     prompt_tokens: tuple[int, ...] | None = None
     chat: bool = True  # apply the tokenizer's chat template to ``prompt``
     system_prompt: str | None = None
-    draft_kind: str = "none"
+    draft_kind: str = OFF
     draft_width: int | None = None  # proposals per round; None = the kind's default
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = 256
@@ -59,6 +61,9 @@ class GenerationRequest:
     trees: str = "off"
     reuse_cache: bool = False  # continue from a kept conversation state (chat turns)
     conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
+    # whose earlier replies drafters that keep them may propose from (one chat, one API key);
+    # None: no earlier replies
+    reply_scope: str | None = None
     context_policy: str = "refuse"  # "refuse" | "drop-oldest" (chat turns that do not fit)
     memory_interval_s: float = 0.25
     # when the person asked (time.perf_counter()): Send, the request's arrival at the server,
@@ -166,7 +171,7 @@ class Timings:
     # of draft_rounds: rounds verified as trees, and how deep their accepted paths went
     tree_rounds: int = 0
     tree_depth_mean: float = 0.0
-    draft_kind: str = "none"
+    draft_kind: str = OFF
     accept_len_mean: float = 0.0  # draft_n_accepted / draft_rounds
     acceptance_rate: float = 0.0  # draft_n_accepted / draft_n
     tokens_per_verify: float = 0.0  # emitted tokens / target verify passes

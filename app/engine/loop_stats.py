@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from app.engine.events import RoundRecord, Timings
+from app.engine.events import RULE_NONE, RoundRecord, Timings
+from app.kinds import OFF
 
 
 @dataclass
@@ -26,9 +27,9 @@ class StepTimes:
 
 @dataclass
 class LoopStats:
-    kind: str = "none"
+    kind: str = OFF
     width: int = 0
-    rule: str = "none"
+    rule: str = RULE_NONE
     fallback: str | None = None
     reused: int = 0  # prompt tokens a kept conversation already held
     read: int = 0  # prompt tokens read by this request

@@ -61,3 +61,24 @@ def load_arrays(path: str | Path) -> dict[str, mx.array]:
     if not isinstance(out, dict):
         raise ValueError(f"{path} holds no named arrays")
     return out
+
+
+def load_lm(path: str | Path) -> tuple[Any, Any]:
+    """``mlx_lm.load``'s model and tokenizer (its annotation also allows a third item, the
+    config, which it returns only when asked)."""
+    from mlx_lm import load
+
+    loaded = load(str(path))
+    return loaded[0], loaded[1]
+
+
+def item_float(a: mx.array) -> float:
+    """The real number a one-element array holds."""
+    value: Any = a.item()
+    return float(value)
+
+
+def float_list(a: mx.array) -> list[float]:
+    """The real numbers of a 1-D array."""
+    values: Any = a.tolist()
+    return [float(v) for v in values]

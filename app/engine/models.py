@@ -101,6 +101,12 @@ def validate_folder(path: Path) -> dict[str, Any]:
         raise ModelLoadError(
             f"{path.name} is a DFlash drafter, not a chat model: it only drafts for the model "
             "it was made for (choose it as that model's draft).")
+    from app.checkpoints.eagle3_config import is_eagle3
+
+    if is_eagle3(config):
+        raise ModelLoadError(
+            f"{path.name} is an EAGLE-3 drafter, not a chat model: it only drafts for the model "
+            "it was made for (choose it as that model's draft).")
     weights = list(path.glob("*.safetensors"))
     if not weights:
         pickles = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]

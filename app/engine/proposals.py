@@ -25,6 +25,7 @@ from app.engine.proposal import Proposal
 from app.engine.taps import Hidden, TapRequest
 from app.engine.tree_build import NodeBudget
 from app.engine.width import PolicyFactory, WidthPolicy
+from app.kinds import OFF
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class ProposalSource:
 
     @property
     def kind(self) -> str:
-        return self.drafter.kind if self.drafter is not None else "none"
+        return self.drafter.kind if self.drafter is not None else OFF
 
     @property
     def taps(self) -> TapRequest | None:

@@ -25,10 +25,11 @@ from typing import Any
 
 import mlx.core as mx
 
+from app import kinds
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import context as limits
-from app.engine import proposals, registry, rollback, tree_build
+from app.engine import proposals, rollback, tree_build
 from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
 from app.engine.calibration_measure import (
     BUDGET_S,
@@ -43,8 +44,10 @@ from app.engine.calibration_measure import (
     needs_measuring,
 )
 from app.engine.decode import RoundLoop
+from app.engine.drafter_context import DrafterContext
 from app.engine.drafters.base import Drafter
 from app.engine.events import (
+    RULE_NONE,
     DoneEvent,
     Event,
     GenerationRequest,
@@ -56,32 +59,40 @@ from app.engine.lease import Lease
 from app.engine.lease import union as lease_union
 from app.engine.models import LoadedModel, load_model, make_cache
 from app.engine.prompt_cache import PromptCache
-from app.engine.registry import DrafterContext
 from app.engine.reuse import ConversationLease
+from app.engine.suffix_memory import DEFAULT_CAP_BYTES as DEFAULT_REPLY_MEMORY
+from app.engine.suffix_memory import SuffixMemory
 from app.engine.taps import TapRequest
 from app.engine.tree_build import NodeBudget
 from app.engine.validation import token_problem, validate
+from app.engine.verify import choose_rule
 from app.engine.width import DEFAULT_VERIFY_SLOPE, PolicyFactory, WidthPolicy
 from app.errors import DraftPairError, ModelLoadError, user_message
 
 
 class Session:
     def __init__(self, *, precision: str = "auto", width_policy: PolicyFactory = WidthPolicy,
-                 calibrations: CalibrationStore | None = None):
+                 calibrations: CalibrationStore | None = None,
+                 reply_memory_bytes: int = DEFAULT_REPLY_MEMORY):
         """``width_policy``: how rounds are sized (``app.engine.width``; a measurement or a
         test passes ``FixedWidth`` to draft at every step). ``calibrations``: where this
-        machine's speed tables are kept (default: the user data folder)."""
+        machine's speed tables are kept (default: the user data folder).
+        ``reply_memory_bytes``: the cap on earlier replies kept for drafters that propose
+        from them (per scope: a chat, an API key)."""
         self.precision = precision
         self.width_policy = width_policy
         self._tap_union: TapRequest | None = None  # rows kept conversations keep (per target)
         self.target: LoadedModel | None = None
-        self.draft: LoadedModel | None = None
-        self.assets: dict[str, Any] = {}  # per-kind weights for this target (mtp, dflash)
+        # what each kind loaded for this target (a draft model, a head, a drafter network),
+        # by kind name: only the Session writes it, through the kind's plugin
+        self.assets: dict[str, Any] = {}
+        self.draft_kind: str | None = None  # the kind whose draft folder is loaded
         self.calibrations = calibrations if calibrations is not None else (
             CalibrationStore.default())
         self.calibration: Calibration | None = None  # the loaded target's, once read/measured
         self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
+        self.replies = SuffixMemory(reply_memory_bytes)  # earlier replies, per reply_scope
 
     # -- loading ----------------------------------------------------------------------
     def load_target(self, name_or_path: str | Path) -> LoadedModel:
@@ -95,51 +106,108 @@ class Session:
         self.calibration = cal
         return self.target
 
+    @property
+    def draft(self) -> LoadedModel | None:
+        """The loaded draft folder when it is a model of its own (name, path, weights)."""
+        held = self.assets.get(self.draft_kind) if self.draft_kind else None
+        return held if isinstance(held, LoadedModel) else None
+
     def load_draft(self, name_or_path: str | Path) -> Any:
-        """A draft folder: a DFlash drafter (kept in ``assets["dflash"]``) or a small LM
-        for the full-model kind. Returns what was loaded."""
+        """A draft folder, for the kind that recognises it (a DFlash drafter, a small LM...).
+        Returns what was loaded."""
         if self.target is None:
             raise ModelLoadError("Load a target model before its draft.")
-        if _is_dflash_folder(name_or_path):
-            mod = registry.module("dflash")
-            if mod is None:
-                raise ModelLoadError(registry.not_supported("dflash") + ".")
-            self.assets["dflash"] = mod.load(resolve_model(name_or_path), self.target)
-            self._tap_union = None
-            return self.assets["dflash"]
-        draft = load_model(resolve_model(name_or_path), precision=self.precision)
-        problem = token_id_problem(self.target.path, draft.path)
-        if problem:
-            raise ModelLoadError(f"{draft.name} cannot draft for {self.target.name}: {problem}")
-        self.draft = draft
+        folder = resolve_model(name_or_path)
+        plugin = kinds.for_folder(_read_config(folder))
+        if plugin is None:
+            raise ModelLoadError(f"No draft kind of this DraftPair reads {folder.name}.")
+        try:
+            held = plugin.load_folder(folder, self.target, precision=self.precision)
+        except ModuleNotFoundError as exc:
+            raise ModelLoadError(_not_supported(plugin) + ".") from exc
+        self.assets[plugin.name] = held
+        self.draft_kind = plugin.name
+        self._tap_union = None
         self.prompt_cache.clear()
-        return draft
+        return held
+
+    def load_for(self, kind: str, name_or_path: str | Path) -> Any:
+        """Load a folder for one kind explicitly (e.g. a head folder instead of the one in the
+        target's files) and hold it; the draft folder (``load_draft``) is left as it is."""
+        if self.target is None:
+            raise ModelLoadError("Load a target model before its draft.")
+        plugin = kinds.get(kind)
+        held = plugin.load_folder(resolve_model(name_or_path), self.target,
+                                  precision=self.precision)
+        self.assets[plugin.name] = held
+        self._tap_union = None
+        self.prompt_cache.clear()
+        return held
 
     def unload_draft(self) -> None:
+        """Drop every draft folder's weights (a head in the target's own files stays)."""
         self.prompt_cache.clear()
         self._tap_union = None
-        self.draft = None
-        self.assets.pop("dflash", None)
+        for plugin in kinds.plugins():
+            if plugin.needs_draft_folder:
+                self.assets.pop(plugin.name, None)
+        self.draft_kind = None
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self.replies.clear()  # token ids of another model's vocabulary mean other words
         self._tap_union = None
         self.target = None
-        self.draft = None
+        self.draft_kind = None
         self.assets.clear()
         self.calibration = None
         mx.clear_cache()
 
-    def context(self, request: GenerationRequest | None = None) -> DrafterContext | None:
+    def context(self, request: GenerationRequest | None = None,
+                kind: str | None = None) -> DrafterContext | None:
+        """What ``kind``'s plugin reads (the target, the request, that kind's assets)."""
         if self.target is None:
             return None
-        return DrafterContext(target=self.target, draft=self.draft,
-                              request=request or GenerationRequest(), assets=self.assets)
+        request = request or GenerationRequest()
+        return DrafterContext(target=self.target, request=request,
+                              asset=self.assets.get(kind or request.draft_kind),
+                              replies=self.replies)
+
+    def unavailable(self, kind: str, request: GenerationRequest | None = None) -> str | None:
+        """Why ``kind`` cannot run with what is loaded (None if it can); loads nothing."""
+        plugin = kinds.get(kind)
+        ctx = self.context(request, kind)
+        if ctx is None:
+            return "no target model is loaded"
+        if not plugin.proposes:
+            return None
+        try:
+            return plugin.unavailable(ctx)
+        except ModuleNotFoundError:
+            return _not_supported(plugin)
 
     def available_kinds(self) -> dict[str, str | None]:
         """Each draft kind -> None if it can run with what is loaded, else the reason."""
-        ctx = self.context()
-        return {k: registry.unavailable(k, ctx) for k in registry.KINDS}
+        return {k: self.unavailable(k) for k in kinds.names()}
+
+    def make_drafter(self, request: GenerationRequest) -> Drafter | None:
+        """A fresh drafter for the request's kind (None when it proposes nothing), loading
+        and holding the kind's assets first when it has none yet."""
+        plugin = kinds.get(request.draft_kind)
+        if not plugin.proposes or self.target is None:
+            return None
+        if self.assets.get(plugin.name) is None:
+            ctx = self.context(request, plugin.name)
+            assert ctx is not None
+            held = plugin.load_assets(ctx)
+            if held is not None:
+                self.assets[plugin.name] = held
+                self._tap_union = None
+        ctx = self.context(request, plugin.name)
+        assert ctx is not None
+        drafter = plugin.make(ctx)
+        drafter.kind = plugin.name  # one source for the name timings and kept states carry
+        return drafter
 
     # -- prompts ----------------------------------------------------------------------
     def context_length(self) -> int | None:
@@ -233,24 +301,25 @@ class Session:
             yield NoticeEvent("context-trimmed", f"The {admission.dropped_turns} oldest messages "
                               "were left out so the conversation fits the model's context.")
         kind = req.draft_kind
+        plugin = kinds.get(kind)
         fallback: str | None = None
-        ctx = self.context(req)
-        reason = registry.unavailable(kind, ctx) if kind != "none" else None
-        width = req.draft_width or registry.spec(kind).default_width
-        if reason is None and kind != "none":
+        reason = self.unavailable(kind, req) if plugin.proposes else None
+        width = req.draft_width or plugin.default_width
+        if reason is None and plugin.proposes:
             problem = rollback.for_target(self.target).problem
             if problem:
                 reason = f"speculation needs to rewind the model's cache, but {problem}"
-        if (reason is None and kind == "full-model" and self.draft is not None
-                and max(prompt) >= self.draft.embedding_rows):
+        draft_lm = self.assets.get(kind) if plugin.draft_is_lm else None
+        if (reason is None and isinstance(draft_lm, LoadedModel)
+                and max(prompt) >= draft_lm.embedding_rows):
             reason = "the prompt holds token ids the draft model does not have"
         if reason is not None:
             if not req.allow_fallback:
                 raise DraftPairError(f"Speculation ({kind}) cannot run: {reason.rstrip('.')}.")
             fallback = f"{kind} unavailable: {reason}"
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
-            kind = "none"
-        drafter = registry.make(kind, ctx) if kind != "none" else None
+            kind, plugin = kinds.OFF, kinds.get(kinds.OFF)
+        drafter = self.make_drafter(req) if plugin.proposes else None
         width = width if drafter is not None else 0
         verify_slope = None
         warmup_ms = 0.0
@@ -260,7 +329,8 @@ class Session:
             warmup_ms = self.last_warmup_s * 1e3
             drafter.step_cost = costs["draft_cost"]
             verify_slope = costs["verify_slope"]
-        rule = registry.rule_for(kind, req.sampling)
+        rule = (choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
+                if plugin.proposes else RULE_NONE)
         source = proposals.for_drafter(drafter, rule=rule, width=width,
                                        lookup=req.lookup_assist, policy=self.width_policy,
                                        verify_slope=verify_slope,
@@ -296,12 +366,11 @@ class Session:
         rebuilds its drafter from them instead of reading the conversation again."""
         if self._tap_union is None:
             union_taps: TapRequest | None = None
-            ctx = self.context(req)
-            for kind in registry.KINDS:
-                if not registry.spec(kind).needs_taps or registry.unavailable(kind, ctx):
+            for plugin in kinds.plugins():
+                if not plugin.needs_taps or self.unavailable(plugin.name, req):
                     continue
                 try:
-                    drafter = registry.make(kind, ctx)
+                    drafter = self.make_drafter(dataclasses.replace(req, draft_kind=plugin.name))
                 except DraftPairError:
                     continue
                 union_taps = lease_union(union_taps, drafter.taps if drafter else None)
@@ -329,7 +398,7 @@ class Session:
             measured = True
         dkey = self.drafter_key(kind)
         if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
-            label = registry.spec(kind).label
+            label = kinds.get(kind).label
             yield StatusEvent("warmup", f"Measuring the drafter's speed on this computer, only "
                               f"the first time: {label}", None)
             ms = measure_drafter(drafter, list(range(1, max(width, 1) + 1)))
@@ -346,25 +415,26 @@ class Session:
                 "draft_cost": drafter.step_cost if draft_cost is None else draft_cost}
 
     def recalibrate(
-        self, kinds: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
+        self, kind_names: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
         cancel: threading.Event | None = None,
     ) -> Generator[StatusEvent, None, Calibration | None]:
-        """Measure this machine again for the loaded target and the drafters of ``kinds``
+        """Measure this machine again for the loaded target and the drafters of ``kind_names``
         (those that run a model), keep the table and return it (None when stopped)."""
         assert self.target is not None
         cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS,
                                               repeats=CALIBRATE_REPEATS)
         if cal is None:
             return None
-        for kind in kinds:
+        for kind in kind_names:
             if cancel is not None and cancel.is_set():
                 return None  # nothing kept: the table kept before stays as it was
-            drafter = registry.make(kind, self.context(GenerationRequest(draft_kind=kind)))
+            plugin = kinds.get(kind)
+            drafter = self.make_drafter(GenerationRequest(draft_kind=kind))
             if drafter is None or not needs_measuring(drafter):
                 continue
-            label = registry.spec(kind).label
+            label = plugin.label
             yield StatusEvent("warmup", f"Measuring the drafter's speed: {label}", None)
-            ms = measure_drafter(drafter, list(range(1, registry.spec(kind).default_width + 1)))
+            ms = measure_drafter(drafter, list(range(1, plugin.default_width + 1)))
             if ms is not None:
                 cal = cal.with_drafter(drafter_key(kind, self._drafter_folder(kind)), ms, label)
         self.calibrations.save(cal)
@@ -400,8 +470,6 @@ class Session:
 
     def _drafter_folder(self, kind: str) -> Path | None:
         """The files a kind's drafter runs (None: the target's own, or none)."""
-        if kind == "full-model":
-            return self.draft.path if self.draft is not None else None
         path = getattr(self.assets.get(kind), "path", None)
         return Path(path) if path is not None else None
 
@@ -411,34 +479,17 @@ WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first
 MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
 
 
-def _is_dflash_folder(name_or_path: str | Path) -> bool:
+def _read_config(folder: Path) -> dict[str, Any]:
+    """A folder's config.json, or {} when it has none or it is unreadable (the loader then
+    says so plainly)."""
     import json
 
     try:
-        cfg = resolve_model(name_or_path) / "config.json"
-    except Exception:  # not found: load_model says so plainly
-        return False
-    if not cfg.is_file():
-        return False
-    try:
-        config = json.loads(cfg.read_text())
+        config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        return False
-    from app.checkpoints.inspect import dflash_config
-
-    return isinstance(config, dict) and dflash_config(config) is not None
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
-def token_id_problem(target: Path, draft: Path) -> str | None:
-    """Why the draft's token ids would mean something else to the target (None if they agree).
-
-    The pairing check is the one definition of tokenizer compatibility; only its tokenizer and
-    vocabulary blockers stop a load (memory or cache findings are reported elsewhere).
-    """
-    from app.checkpoints.pairing import BLOCKER, check
-
-    report = check(target, draft, kind="full-model")
-    for f in report.findings:
-        if f.severity == BLOCKER and f.code.split(".")[0] in ("tokenizer", "vocab"):
-            return f"{f.message} ({f.detail})" if f.detail else f.message
-    return None
+def _not_supported(plugin: kinds.KindPlugin) -> str:
+    return f"drafting with {plugin.label} is not supported by this version of DraftPair yet"

@@ -13,9 +13,14 @@ Pure Python (no MLX): the CLI, the GUI and a server can all call it before loadi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Real
+from typing import TYPE_CHECKING, Any
 
 from app.errors import DraftPairError
+
+if TYPE_CHECKING:
+    from app.engine.events import GenerationRequest, SamplingParams
 
 MAX_OUTPUT_TOKENS = 262_144  # beyond any context mlx-lm models ship with
 MAX_WIDTH = 64
@@ -36,7 +41,7 @@ def _finite(value: object) -> bool:
     return _number(value) and math.isfinite(float(value))  # type: ignore[arg-type]
 
 
-def _sampling_problems(s) -> list[str]:
+def _sampling_problems(s: SamplingParams) -> list[str]:
     out = []
     if not _finite(s.temperature) or s.temperature < 0:
         out.append(f"the temperature must be a number of 0 or more (got {s.temperature!r})")
@@ -57,7 +62,7 @@ def _sampling_problems(s) -> list[str]:
     return out
 
 
-def token_problem(tokens, rows: int | None) -> str | None:
+def token_problem(tokens: Sequence[Any], rows: int | None) -> str | None:
     """Why ``tokens`` are not ids a model with ``rows`` embedding rows can read, or None.
     An id past the table is refused here: the model would read memory past its end."""
     bad = next((t for t in tokens if not _whole(t) or t < 0), None)
@@ -71,7 +76,7 @@ def token_problem(tokens, rows: int | None) -> str | None:
     return None
 
 
-def _prompt_problems(req, vocab_rows: int | None = None) -> list[str]:
+def _prompt_problems(req: GenerationRequest, vocab_rows: int | None = None) -> list[str]:
     given = [x is not None for x in (req.prompt, req.messages, req.prompt_tokens)]
     if sum(given) > 1:
         return ["give only one of a prompt, chat messages or prompt tokens"]
@@ -99,10 +104,10 @@ def _prompt_problems(req, vocab_rows: int | None = None) -> list[str]:
     return []
 
 
-def problems(request, *, vocab_rows: int | None = None) -> list[str]:
+def problems(request: GenerationRequest, *, vocab_rows: int | None = None) -> list[str]:
     """Every problem with ``request`` (a GenerationRequest), as plain phrases; with
     ``vocab_rows`` (the model's embedding rows) prompt token ids are checked against it."""
-    from app.kinds import KINDS as DRAFT_KINDS
+    from app import kinds
 
     out = _prompt_problems(request, vocab_rows)
     if not _whole(request.max_tokens) or request.max_tokens < 1:
@@ -110,9 +115,9 @@ def problems(request, *, vocab_rows: int | None = None) -> list[str]:
     elif request.max_tokens > MAX_OUTPUT_TOKENS:
         out.append(f"max tokens must be at most {MAX_OUTPUT_TOKENS:,} (got {request.max_tokens:,})")
     out += _sampling_problems(request.sampling)
-    if request.draft_kind not in DRAFT_KINDS:
+    if request.draft_kind not in kinds.names():
         out.append(f"the draft kind {request.draft_kind!r} is unknown "
-                   f"(choose {', '.join(DRAFT_KINDS)})")
+                   f"(choose {', '.join(kinds.names())})")
     w = request.draft_width
     if w is not None and (not _whole(w) or not 1 <= w <= MAX_WIDTH):
         out.append(f"the draft width must be between 1 and {MAX_WIDTH} (got {w!r})")
@@ -130,7 +135,7 @@ def problems(request, *, vocab_rows: int | None = None) -> list[str]:
     return out
 
 
-def validate(request, *, vocab_rows: int | None = None) -> None:
+def validate(request: GenerationRequest, *, vocab_rows: int | None = None) -> None:
     """Raise DraftPairError naming every problem with ``request``."""
     found = problems(request, vocab_rows=vocab_rows)
     if found:

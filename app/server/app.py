@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.engine.suffix_memory import scope_for_key
 from app.server.bodies import parse_json
 from app.server.engine_thread import (
     EngineDown,
@@ -96,7 +97,7 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         authorize(request)
         records = [asdict(r) for r in engine.recent()]
         return JSONResponse({"model": model_card(), "queue": engine.status(),
-                             "recent": records})
+                             "reply_memory": engine.reply_memory(), "recent": records})
 
     async def chat_completions(request: Request) -> Response:
         return await complete(request, chat=True)
@@ -110,7 +111,11 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         body = parse_json(await read_body(request, limits.max_body_bytes,
                                           limits.body_timeout_s))
         parsed = (parse_chat if chat else parse_completion)(body, info, limits)
-        parsed = replace(parsed, request=replace(parsed.request, submitted_at=arrived))
+        # earlier replies are kept per API key (and per conversation the client names), so
+        # one key's text is never proposed to another
+        scope = scope_for_key(api_key, parsed.conversation)
+        parsed = replace(parsed, request=replace(parsed.request, submitted_at=arrived,
+                                                 reply_scope=scope))
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[object] = asyncio.Queue()
 
@@ -149,7 +154,7 @@ def build_app(engine: EngineThread, *, limits: Limits | None = None,
         Route("/health", guarded(health), methods=["GET"]),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _server_error}
-    app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, exception_handlers=handlers)
     return OneLineErrors(app)
 
 
@@ -272,6 +277,7 @@ async def stream(job: ServerJob, parsed: Parsed, items: asyncio.Queue,
             return Response(status_code=499)
         if isinstance(first, RequestError):
             raise ApiError(first.status, first.message, code=first.code, param=first.param)
+        assert isinstance(first, DoneEvent)
         raise ApiError(500, first.error or "Generation failed.", code="engine_error")
     shaper = Shaper(chat=chat, model=parsed.model, return_tokens=parsed.return_tokens)
 

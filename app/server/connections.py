@@ -66,7 +66,7 @@ def guarded_protocol(policy: ConnectionPolicy) -> type:
         _head_timer: Any = None
         _got_bytes = False
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > policy.max_connections and not self._make_room():
                 log.warning("refused a connection from %s: %d connections are open (the "

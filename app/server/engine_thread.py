@@ -111,6 +111,7 @@ class EngineThread:
         max_queue: int = 8,
         precision: str = "auto",
         model_id: str | None = None,
+        reply_memory_bytes: int | None = None,
     ):
         self.model = model
         self.draft = draft
@@ -119,6 +120,8 @@ class EngineThread:
         self.max_queue = max_queue
         self.precision = precision
         self.model_id = model_id
+        self.reply_memory_bytes = reply_memory_bytes
+        self._reply_stats: dict[str, int] = {}  # the session's kept replies, after each request
         self.info: ModelInfo | None = None
         self.records: collections.deque[RequestRecord] = collections.deque(maxlen=RECORDS_KEPT)
         self._queue: queue.Queue[ServerJob | None] = queue.Queue()
@@ -178,6 +181,11 @@ class EngineThread:
             running = self._running.id if self._running is not None else None
             waiting = self._waiting
         return {"running": running, "waiting": waiting, "max_queue": self.max_queue}
+
+    def reply_memory(self) -> dict[str, int]:
+        """The earlier replies kept for drafters that propose from them: scopes, replies,
+        tokens, bytes and the cap (as of the last request)."""
+        return dict(self._reply_stats)
 
     def alive(self) -> bool:
         """The thread runs with a loaded model and takes requests."""
@@ -283,15 +291,22 @@ class EngineThread:
 
     def _load(self) -> Any:
         from app.engine.session import Session
+        from app.engine.suffix_memory import DEFAULT_CAP_BYTES
 
-        session = Session(precision=self.precision)
+        memory = self.reply_memory_bytes
+        session = Session(precision=self.precision,
+                          reply_memory_bytes=DEFAULT_CAP_BYTES if memory is None else memory)
+        self._reply_stats = session.replies.stats().to_dict()
         target = session.load_target(self.model)
         if self.draft:
             session.load_draft(self.draft)
+        from app.kinds import OFF
+
         kinds = dict(session.available_kinds())
-        default = self.default_kind or ("full-model" if session.draft is not None else "none")
-        if default != "none" and kinds.get(default):
-            raise DraftPairError(f"Speculation ({default}) cannot run: {kinds[default].rstrip('.')}.")
+        default = self.default_kind or session.draft_kind or OFF  # the loaded draft's kind
+        reason = kinds.get(default)
+        if reason:
+            raise DraftPairError(f"Speculation ({default}) cannot run: {reason.rstrip('.')}.")
         self.info = ModelInfo(
             id=self.model_id or target.name,
             target=target.name,
@@ -348,6 +363,7 @@ class EngineThread:
         if done is None:
             done = DoneEvent("", (), "error", Timings(), error="The engine ended without a result.")
         self._record(job, done.finish_reason, len(done.token_ids), queued_ms, done.error)
+        self._reply_stats = session.replies.stats().to_dict()  # read by the status endpoint
         if done.finish_reason == "error":
             log.warning("request %s failed: %s", job.id, done.error)
         self._answer(job, done)

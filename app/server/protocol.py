@@ -25,7 +25,8 @@ from app.server.errors import ApiError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 EXTENSION_KEYS = {"draft_kind", "draft_width", "allow_fallback", "ngram_min", "ngram_max",
-                  "adaptive", "lookup_assist", "return_tokens"}
+                  "adaptive", "lookup_assist", "return_tokens", "conversation"}
+MAX_CONVERSATION_CHARS = 128
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 
@@ -47,6 +48,9 @@ class Parsed:
     return_tokens: bool
     model: str
     max_tokens_given: bool = True  # False: the default, shortened to fit the context
+    # the client's name for a conversation (draftpair.conversation, else OpenAI's "user"):
+    # earlier replies are kept per API key and per this name
+    conversation: str | None = None
 
 
 def parse_chat(body: dict[str, Any], info: ModelInfo, limits: Limits) -> Parsed:
@@ -119,8 +123,8 @@ def _message(m: Any, i: int) -> dict[str, str]:
 
 
 def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any) -> Parsed:
+    from app import kinds
     from app.engine.events import GenerationRequest, SamplingParams
-    from app.kinds import KINDS as DRAFT_KINDS
 
     model = body.get("model")
     if model is not None and model not in (info.id, info.target):
@@ -150,11 +154,11 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
                        f"{', '.join(sorted(EXTENSION_KEYS))}.",
                        param=f"draftpair.{shown(unknown[0], quote=False)}")
     kind = ext.get("draft_kind", info.default_kind)
-    if not isinstance(kind, str) or kind not in DRAFT_KINDS:
+    if not isinstance(kind, str) or kind not in kinds.names():
         raise ApiError(400, f"Unknown draft kind {shown(kind)}; choose one of "
-                       f"{', '.join(DRAFT_KINDS)}.", param="draftpair.draft_kind")
+                       f"{', '.join(kinds.names())}.", param="draftpair.draft_kind")
     allow_fallback = _bool(ext, "allow_fallback", True, "draftpair.")
-    reason = info.kinds.get(kind) if kind != "none" else None
+    reason = info.kinds.get(kind)  # None when it runs (the off kind always does)
     if reason and not allow_fallback:
         raise ApiError(400, f"Speculation ({kind}) cannot run on this server: {reason}.",
                        param="draftpair.draft_kind", code="draft_kind_unavailable")
@@ -201,7 +205,21 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         return_tokens=_bool(ext, "return_tokens", False, "draftpair."),
         model=info.id,
         max_tokens_given=max_tokens is not None,
+        conversation=_conversation(ext, body),
     )
+
+
+def _conversation(ext: dict[str, Any], body: dict[str, Any]) -> str | None:
+    for where, holder, name in (("draftpair.conversation", ext, "conversation"),
+                                ("user", body, "user")):
+        value = holder.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_CONVERSATION_CHARS:
+            raise ApiError(400, f"'{where}' must be a string of 1 to {MAX_CONVERSATION_CHARS} "
+                           "characters.", param=where)
+        return value
+    return None
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:

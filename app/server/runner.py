@@ -39,6 +39,7 @@ class ServerConfig:
     log_level: str = "warning"
     max_connections: int | None = None  # None: 1000, or fewer to fit the open-files limit
     client_timeout_s: float = 20.0  # a request head must arrive within this (the body: limits)
+    reply_memory_bytes: int | None = None  # earlier replies kept per API key (None: default)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -70,7 +71,7 @@ class ServerHandle:
         self.engine = EngineThread(
             model=config.model, draft=config.draft, default_kind=config.default_kind,
             default_width=config.default_width, max_queue=config.max_queue,
-            model_id=config.model_id,
+            model_id=config.model_id, reply_memory_bytes=config.reply_memory_bytes,
         )
         self.url = ""
         self._server: Any = None

@@ -69,6 +69,8 @@ def _smoke(window, prompt: str, timeout_s: float) -> None:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from app import kinds
+
     state = {"code": 2}
 
     def finish(code: int, payload: dict) -> None:
@@ -80,7 +82,7 @@ def _smoke(window, prompt: str, timeout_s: float) -> None:
     def on_state(s) -> None:
         if s.target and window.chat.job is None and not getattr(window, "_smoke_sent", False):
             window._smoke_sent = True
-            window.chat.spec_combo.set_kind("prompt-lookup")
+            window.chat.spec_combo.set_kind(kinds.default_choice())
             window.chat.max_spin.setValue(32)
             window.chat.input.setPlainText(prompt)
             window.chat.send()

@@ -181,19 +181,17 @@ class BenchView(View):
         conditions = sorted({r["condition"] for r in rows})
         for i, r in enumerate(reversed(rows)):
             color = palette[conditions.index(r["condition"]) % len(palette)]
-            bar = pg.BarGraphItem(x0=[0], y=[i], height=[0.7], width=[r["speedup"]],
+            # the bar in the lower part of its row, its label above it: never on top of it
+            bar = pg.BarGraphItem(x0=[0], y=[i - 0.17], height=[0.42], width=[r["speedup"]],
                                   brush=pg.mkBrush(color), pen=pg.mkPen(None))
             item.addItem(bar)
             self._bars.append(bar)
             label = {"off": "Off", **KIND_LABELS}.get(r["condition"], r["condition"])
-            # dark text on a light plate (light on dark): readable on the bar and past its end
-            plate = QColor(c.base)
-            plate.setAlpha(200)
             text = pg.TextItem(
                 f"{r['task_id']} T={r['temperature']:g} · {label}   {r['speedup']:.2f}×",
-                color=c.text, anchor=(0, 0.5), fill=pg.mkBrush(plate),
+                color=c.text, anchor=(0, 1),  # sits just on top of its bar
             )
-            text.setPos(0.02, i)
+            text.setPos(0.0, i + 0.06)
             item.addItem(text)
             self._bars.append(text)
         line = pg.InfiniteLine(pos=1.0, angle=90, pen=pg.mkPen(c.muted, style=Qt.PenStyle.DashLine))

@@ -16,7 +16,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.ui.background import Background
-from app.ui.draft_picker import DraftPicker, options_from, uses_draft_model
+from app.ui.draft_picker import DraftPicker, options_from, runs_draft_model, uses_draft_model
 from app.ui.settings import Settings
 from app.ui.worker import ModelState
 
@@ -25,8 +25,7 @@ def model_line(state: ModelState, kind: str) -> str:
     """The chat bar's model line: the target, plus the draft only while ``kind`` runs it."""
     if not state.target:
         return "No model loaded"
-    # the loaded draft model drafts for "full-model" only (DFlash has a drafter of its own)
-    draft = f" + draft {state.draft}" if state.draft and kind == "full-model" else ""
+    draft = f" + draft {state.draft}" if state.draft and runs_draft_model(kind) else ""
     return f"{state.target}{draft}"
 
 

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
 from app.ui.chat_conversations import ConversationsPanel
 from app.ui.chat_draft import DraftSection, model_line, template_note
 from app.ui.chat_input import InputArea
@@ -239,7 +240,7 @@ class ChatView(View):
         has_reply = bool(msgs) and msgs[-1].role == "assistant"  # the last reply can be redone
         self.regen_btn.setEnabled(ready and not busy and not elsewhere and has_reply)
         self.spec_combo.setEnabled(not busy)
-        self.width_spin.setEnabled(not busy and self.spec_combo.kind() != "none")
+        self.width_spin.setEnabled(not busy and not kinds.is_off(self.spec_combo.kind()))
         if not busy and not self.client.busy_loading:
             if not self.client.state.target:
                 self.state_label.setText("No model loaded: choose one in Models.")
@@ -376,6 +377,9 @@ class ChatView(View):
             # later turns continue from the kept state of this chat (only new tokens are read)
             reuse_cache=True,
             conversation=f"chat-{self.conv_id}",
+            # drafting from earlier replies reads this chat's (rebuilt from its messages after
+            # a restart), never another chat's
+            reply_scope=f"chat-{self.conv_id}",
             context_policy=self.settings.context_policy,
         )
 
@@ -389,7 +393,7 @@ class ChatView(View):
         self.settings.draft_kind = kind
         self.draft_section.sync_kind(kind)
         self.model_label.setText(model_line(self.client.state, kind))
-        self.width_spin.setEnabled(kind != "none" and self.job is None)
+        self.width_spin.setEnabled(not kinds.is_off(kind) and self.job is None)
         reason = self.spec_combo.unavailable_reason()
         if reason:
             self.state_label.setText(

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import kinds
 from app.bench.contention import RunContention
 from app.bench.measure import WARMUP_TOKENS, ContentionMeter, PlannedRun
 from app.ui.compare_card import card_html
@@ -139,6 +140,7 @@ class CompareView(View):
         self.on_title = QLabel("Speculation on")
         for t in (self.off_title, self.on_title):
             t.setProperty("role", "title")
+            t.setWordWrap(True)  # a long kind or endpoint name wraps instead of widening the view
         self.off_text = QTextBrowser()
         self.on_text = QTextBrowser()
         self.off_text.setObjectName("compare_off")
@@ -172,7 +174,8 @@ class CompareView(View):
         head.addWidget(self.repeat_btn)
         card_l.addLayout(head)
         card_l.addWidget(self.card_body)
-        self.card.setMinimumWidth(300)
+        card_l.addStretch(1)  # the result reads from the top of the card
+        self.card.setMinimumWidth(260)
         self.card.setMaximumWidth(420)
 
         top = QWidget()
@@ -324,7 +327,7 @@ class CompareView(View):
             return Job(request=remote, tag="compare", source=REMOTE)
         local = GenerationRequest(
             prompt=meta["prompt"],
-            draft_kind=meta["kind"] if run.condition == "on" else "none",
+            draft_kind=meta["kind"] if run.condition == "on" else kinds.OFF,
             draft_width=meta["width"],
             sampling=SamplingParams(temperature=0.0),
             max_tokens=max_tokens,
@@ -407,7 +410,8 @@ class CompareView(View):
 
     def _show_summary(self, *, partial: bool, contention: RunContention | None = None) -> None:
         remote = self._request_meta.get("remote")
-        local_draft = self._request_meta.get("kind") == "full-model" and not remote
+        plugin = kinds.find(self._request_meta.get("kind"))
+        local_draft = plugin is not None and plugin.draft_is_lm and not remote  # its weights
         draft_bytes = self.client.state.draft_bytes if local_draft else 0
         s = summarize(self.results, draft_weights_bytes=draft_bytes, contention=contention)
         self.summary = s

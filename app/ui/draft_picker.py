@@ -1,7 +1,8 @@
 """The draft picker of the Chat settings (LM Studio's "Draft Model" dropdown, with reasons).
 
-``DraftPicker`` lists only what works with the loaded target: the no-model kinds (off, prompt
-lookup, MTP when the target has heads) and every draft checkpoint the pairing check ranked,
+``DraftPicker`` lists only what works with the loaded target: the kinds with no draft folder
+(off, and each one the pairing check offers for this target, e.g. prompt lookup, MTP when the
+target has heads) and every draft checkpoint the pairing check ranked,
 each with its one-line reason (shown under the name and as tooltip). Kinds the engine says
 cannot run are listed disabled with their reason. Choosing emits ``chosen(kind, path)``
 (path "" for no-model kinds). ``uses_draft_model(kind)`` tells the chat bar whether to show
@@ -21,11 +22,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QWidget
 
-from app.kinds import SPECS
+from app import kinds
 from app.ui.format import KIND_LABELS
 
-# kinds that run a separate draft checkpoint (full-model, dflash)
-MODEL_KINDS = tuple(s.name for s in SPECS if s.needs_draft_model)
 ROLE_OPTION = Qt.ItemDataRole.UserRole
 
 
@@ -36,7 +35,20 @@ def _norm(path: Any) -> str:
 
 
 def uses_draft_model(kind: str) -> bool:
-    return kind in MODEL_KINDS
+    """Whether the kind runs a separate draft checkpoint (a draft folder)."""
+    plugin = kinds.find(kind)
+    return plugin is not None and plugin.needs_draft_folder
+
+
+def runs_draft_model(kind: str) -> bool:
+    """Whether the kind runs the loaded draft model itself (a causal LM of its own; a drafter
+    network such as DFlash's is not shown as "the draft model")."""
+    plugin = kinds.find(kind)
+    return plugin is not None and plugin.draft_is_lm
+
+
+def _off_option(reason: str) -> DraftOption:
+    return DraftOption(kinds.OFF, "", KIND_LABELS[kinds.OFF], reason)
 
 
 @dataclass(frozen=True)
@@ -48,20 +60,26 @@ class DraftOption:
     enabled: bool = True
 
 
-def options_from(suggestions: Any | None, kinds: dict[str, str | None]) -> list[DraftOption]:
-    """Off + no-model kinds + ranked drafts; ``kinds``: engine reasons (None = can run)."""
-    out = [DraftOption("none", "", KIND_LABELS["none"], "Plain decoding, no drafter.")]
-    no_model = {"prompt-lookup": "Copies from the prompt and reply; no model needed."}
+def options_from(suggestions: Any | None, reasons: dict[str, str | None]) -> list[DraftOption]:
+    """Off + no-model kinds + ranked drafts; ``reasons``: the engine's per kind (None = can
+    run)."""
+    out = [_off_option(kinds.get(kinds.OFF).explanation)]
+    # the kinds that need nothing from the target's files are always offered
+    no_model = {p.name: p.explanation for p in kinds.drafting()
+                if not p.needs_draft_folder and not p.needs_taps}
     for s in getattr(suggestions, "no_model_options", ()) or ():
         no_model[s.kind] = s.reason
     for kind, why in no_model.items():
-        blocked = kinds.get(kind)
+        blocked = reasons.get(kind)
         out.append(DraftOption(kind, "", KIND_LABELS.get(kind, kind), blocked or why,
                                enabled=blocked is None))  # fmt: skip
     for s in getattr(suggestions, "ranked", ()) or ():
-        if s.kind not in MODEL_KINDS or s.path is None:
+        plugin = kinds.find(s.kind)
+        if plugin is None or not plugin.needs_draft_folder or s.path is None:
             continue
-        blocked = kinds.get(s.kind) if s.kind != "full-model" else None
+        # the catch-all folder kind's engine reason only says no draft is loaded yet, which
+        # choosing this option does; the pairing check has judged the folder itself
+        blocked = reasons.get(s.kind) if not plugin.folder_fallback else None
         label = f"{s.name} ({KIND_LABELS.get(s.kind, s.kind)})"
         out.append(DraftOption(s.kind, _norm(s.path), label, blocked or s.reason,
                                enabled=blocked is None))  # fmt: skip
@@ -77,10 +95,10 @@ class DraftPicker(QComboBox):
         self.options: list[DraftOption] = []
         self._quiet = False
         self.currentIndexChanged.connect(self._on_index)
-        self.set_options([DraftOption("none", "", KIND_LABELS["none"], "No model loaded.")])
+        self.set_options([_off_option("No model loaded.")])
 
     def set_options(
-        self, options: list[DraftOption], *, kind: str = "none", path: str = "",
+        self, options: list[DraftOption], *, kind: str = kinds.OFF, path: str = "",
         any_path: bool = False,
     ) -> None:
         """Replace the list, keeping (kind, path) selected when it is still offered."""

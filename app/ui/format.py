@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from app.kinds import LABELS
+from app import kinds
 from app.units import format_bytes, format_params  # noqa: F401 - re-exported for the views
 
-KIND_LABELS = LABELS
-KIND_EXPLAIN = {  # one line each, for the pickers' tooltips (the technical name follows it)
-    "none": "Plain decoding: the model writes one token at a time.",
-    "prompt-lookup": "Guesses the next words by copying what followed the same words earlier "
-                     "in the chat; best when the reply repeats the text.",
-    "full-model": "A small model with the same vocabulary guesses a few tokens; the large one "
-                  "checks them all at once.",
-    "mtp": "An extra layer trained with the model predicts the tokens after the next one; "
-           "no separate draft model.",
-    "dflash": "A small drafter made for this model guesses a whole block of tokens in one "
-              "step, reading the model's own state.",
-}
+
+class _KindLabels(Mapping[str, str]):
+    """Draft kind -> UI label, read from the kind registry each time (kinds registered at run
+    time included)."""
+
+    def __getitem__(self, kind: str) -> str:
+        plugin = kinds.find(kind)
+        if plugin is None:
+            raise KeyError(kind)
+        return plugin.label
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(kinds.names())
+
+    def __len__(self) -> int:
+        return len(kinds.names())
+
+
+KIND_LABELS: Mapping[str, str] = _KindLabels()
 
 
 def kind_tooltip(kind: str) -> str:
-    """The one-line explanation, then the technical name the CLI and reports use."""
-    explain = KIND_EXPLAIN.get(kind, "")
+    """The kind's one-line explanation (its plugin's), then the technical name the CLI and
+    reports use."""
+    plugin = kinds.find(kind)
+    explain = plugin.explanation if plugin is not None else ""
     return f"{explain}\n(technical name: {kind})" if explain else kind
 
 FINISH_LABELS = {
@@ -85,8 +95,8 @@ def stats_line(s: dict[str, Any]) -> str:
     ttft = (f"TTFT {duration(s.get('ttft_ms', 0))} ({first}{s.get('prompt_n', 0):,} prompt tokens "
             f"read, {s.get('cache_n', 0):,} reused)")
     parts = [f"{s.get('tok_s', 0):.1f} tok/s", ttft]
-    kind = s.get("draft_kind", "none")
-    if kind != "none":
+    kind = s.get("draft_kind", kinds.OFF)
+    if not kinds.is_off(kind):
         n, a = s.get("draft_n", 0), s.get("draft_n_accepted", 0)
         pct = f" ({100 * a / n:.0f}%)" if n else ""
         parts.append(f"accepted {a}/{n}{pct}")
@@ -96,7 +106,7 @@ def stats_line(s: dict[str, Any]) -> str:
         if s.get("tree_rounds"):
             parts.append(f"{s['tree_rounds']} rounds as trees, accepted path "
                          f"{s.get('tree_depth_mean', 0):.2f} deep")
-    parts.append(KIND_LABELS.get(kind, kind) if kind != "none" else "no speculation")
+    parts.append(KIND_LABELS.get(kind, kind) if not kinds.is_off(kind) else "no speculation")
     parts.append(finish)
     if s.get("exact") is False:
         parts.append("lossy mode")
@@ -115,13 +125,13 @@ STAGE_WORDS = {
 }
 
 
-def status_words(stage: str, message: str, kind: str = "none") -> str:
+def status_words(stage: str, message: str, kind: str = kinds.OFF) -> str:
     """A stage of a running reply in plain words, for the chat's status line.
 
     Warm-up messages carry technical detail ("verify widths 1..17"): only a progress figure
     ("3/17", "3 of 17", "40%") is kept from them."""
     if stage == "warmup":
-        label = KIND_LABELS.get(kind, kind) if kind != "none" else "speculation"
+        label = KIND_LABELS.get(kind, kind) if not kinds.is_off(kind) else "speculation"
         text = f"Measuring this computer's speed for {label} (only the first time)"
         progress = warmup_progress(message)
         return text + (f": {progress}" if progress else "") + "…"
@@ -142,11 +152,11 @@ def warmup_progress(message: str) -> str:
 
 def fallback_line(s: dict[str, Any]) -> str | None:
     """Why speculation did not run although it was asked for (None when it ran or was off)."""
-    requested = s.get("requested_kind", "none")
-    if requested == "none":
+    requested = s.get("requested_kind", kinds.OFF)
+    if kinds.is_off(requested):
         return None
     if s.get("fallback"):
         return f"Speculation did not run: {s['fallback']}."
-    if s.get("draft_kind") == "none" and s.get("finish_reason") != "error":
+    if kinds.is_off(s.get("draft_kind", "")) and s.get("finish_reason") != "error":
         return f"Speculation ({KIND_LABELS.get(requested, requested)}) did not run."
     return None

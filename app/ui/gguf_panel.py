@@ -153,9 +153,7 @@ class FoundModelsPanel(QWidget):
         self.found = found
         self.tree.clear()
         for f in found:
-            done = self.imported_names.get(str(f.path)) or self.imported_names.get(
-                str(Path(f.path).resolve())
-            )
+            done = self._imported_as(f)
             status = (
                 f"imported as {done}" if done
                 else "ready to import" if f.supported else (f.reason or "unsupported")
@@ -192,8 +190,12 @@ class FoundModelsPanel(QWidget):
         refused = isinstance(plan, str) or bool(hasattr(plan, "refusal") and plan.refusal())
         self.import_btn.setEnabled(bool(f and f.supported and not busy and not refused))
         self.file_btn.setEnabled(not busy)
-        if f is not None and f.supported and not busy:
+        if f is not None and f.supported and not busy and not self._imported_as(f):
             self._show_plan(f)
+
+    def _imported_as(self, f: Any) -> str | None:
+        return self.imported_names.get(str(f.path)) or self.imported_names.get(
+            str(Path(f.path).resolve()))
 
     # -- what an import will make, said before it starts -----------------------------------------
     def _show_plan(self, f: Any) -> None:

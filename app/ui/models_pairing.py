@@ -63,7 +63,7 @@ class PairingPanel(QObject):
         self.pair_tree.setWordWrap(True)
         self.pair_tree.setUniformRowHeights(False)
         self.pair_tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
-        self.pair_tree.header().resizeSection(0, 250)
+        self.pair_tree.header().resizeSection(0, 300)
         self.pair_tree.header().setStretchLastSection(True)
         self.pair_tree.itemSelectionChanged.connect(self._on_pair_selected)
         self.pair_tree.itemDoubleClicked.connect(lambda _i, _c: self.use_selected.emit())
@@ -108,8 +108,7 @@ class PairingPanel(QObject):
     def mtp_dropped(self) -> bool:
         """The selected option is the target's MTP head, which its conversion dropped."""
         data = self.selected()
-        return bool(data and data[0] == "option" and data[1].kind == "mtp"
-                    and "mtp.dropped" in data[1].report.codes())
+        return bool(data and data[0] == "option" and "mtp.dropped" in data[1].report.codes())
 
     def show_not_a_target(self, e: Any) -> None:
         """A model that cannot be chatted with is selected: no list under its name (and none

@@ -108,11 +108,12 @@ class ModelsView(View):
         self.list_status = QLabel("")
         self.list_status.setProperty("role", "muted")
         self.list_status.setWordWrap(True)  # never what sets the view's width
+        self.list_status.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         row = QHBoxLayout()
         row.addWidget(refresh)
         row.addWidget(imp)
         row.addWidget(self.remove_btn)
-        row.addWidget(self.list_status, 1, Qt.AlignmentFlag.AlignRight)
+        row.addWidget(self.list_status, 1)
 
         self.pairing = PairingPanel(self.bg, self.settings, self.colors, self._entry, self)
         self.pairing.shown.connect(self.pairing_shown.emit)

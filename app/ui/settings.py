@@ -14,12 +14,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from app import kinds
 from app.fileio import atomic_write_json
-from app.kinds import KINDS
 
 SCHEMA_VERSION = 2
-
-SPEC_CHOICES = KINDS
 
 
 @dataclass
@@ -47,13 +45,13 @@ class Settings:
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 256
-    draft_kind: str = "prompt-lookup"
+    draft_kind: str = field(default_factory=kinds.default_choice)
     draft_width: int = 0  # 0 = the kind's default
     highlight_drafts: bool = True
     show_panels: bool = True
     compare_runs: int = 3
     compare_max_tokens: int = 96
-    compare_kind: str = "prompt-lookup"
+    compare_kind: str = field(default_factory=kinds.default_choice)
     context_length: int = 4096
     context_policy: str = "refuse"  # chats over the model's context: refuse | drop-oldest
     send_key: str = "enter"  # enter: Enter sends, Shift+Enter new line | ctrl-enter
@@ -104,10 +102,10 @@ class Settings:
             self.send_key = "enter"
         if self.context_policy not in ("refuse", "drop-oldest"):
             self.context_policy = "refuse"
-        if self.draft_kind not in SPEC_CHOICES:
-            self.draft_kind = "prompt-lookup"
-        if self.compare_kind not in SPEC_CHOICES[1:]:
-            self.compare_kind = "prompt-lookup"
+        if self.draft_kind not in kinds.names():
+            self.draft_kind = kinds.default_choice()
+        if self.compare_kind not in [p.name for p in kinds.drafting()]:
+            self.compare_kind = kinds.default_choice()
 
 
 def _presets(value: Any) -> list[Preset] | None:
@@ -131,7 +129,7 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     # v1 called the speculation choice "speculation" and used "off" for none.
     spec = data.pop("speculation", None)
     if spec is not None and "draft_kind" not in data:
-        data["draft_kind"] = "none" if spec == "off" else spec
+        data["draft_kind"] = kinds.OFF if spec == "off" else spec
     return data
 
 

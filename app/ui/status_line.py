@@ -7,15 +7,17 @@ take once loaded (larger on the CPU, where they are float32) is in the tooltip, 
 
 from __future__ import annotations
 
+from app import kinds
+from app.ui.draft_picker import runs_draft_model
 from app.ui.format import KIND_LABELS, format_bytes
 from app.ui.worker import ModelState
 
 
 def drafter_words(state: ModelState, kind: str) -> str:
     """The drafter in use for ``kind``, in words (the draft model only when the kind runs it)."""
-    if kind == "none":
+    if kinds.is_off(kind):
         return "no speculation"
-    if kind == "full-model":
+    if runs_draft_model(kind):
         if not state.draft:
             return "draft model: none loaded"
         return f"draft model {state.draft} ({format_bytes(state.draft_disk_bytes)})"
@@ -33,6 +35,7 @@ def model_status(state: ModelState, kind: str) -> tuple[str, str]:
     if state.draft:
         tip.append(f"Draft model {state.draft}: {format_bytes(state.draft_disk_bytes)} on disk, "
                    f"{format_bytes(state.draft_bytes)} in memory"
-                   + ("" if kind == "full-model" else " (not used by the chat's speculation now)"))
+                   + ("" if runs_draft_model(kind)
+                      else " (not used by the chat's speculation now)"))
     tip.append(f"Chat speculation: {KIND_LABELS.get(kind, kind)}")
     return text, "\n".join(tip)

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.kinds import KINDS
-from app.ui.format import KIND_EXPLAIN, KIND_LABELS, kind_tooltip
+from app import kinds as draft_kinds
+from app.ui.format import KIND_LABELS, kind_tooltip
 
 
 class Banner(QFrame):
@@ -78,18 +78,18 @@ class Banner(QFrame):
 
 
 class SpecCombo(QComboBox):
-    """Off / Draft model / Prompt lookup / MTP / DFlash; unavailable kinds disabled with why."""
+    """Every registered draft kind by its label (Off first); unavailable kinds disabled with
+    why, each kind's plain explanation as its tooltip."""
 
     kind_changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None, *, include_off: bool = True):
         super().__init__(parent)
-        kinds = list(KINDS)
-        if not include_off:
-            kinds.remove("none")
-        for kind in kinds:
-            self.addItem(KIND_LABELS[kind], kind)
-            self.setItemData(self.count() - 1, kind_tooltip(kind), Qt.ItemDataRole.ToolTipRole)
+        for plugin in draft_kinds.plugins():
+            if plugin.proposes or include_off:
+                self.addItem(plugin.label, plugin.name)
+                self.setItemData(self.count() - 1, kind_tooltip(plugin.name),
+                                 Qt.ItemDataRole.ToolTipRole)
         self.currentIndexChanged.connect(lambda _i: self.kind_changed.emit(self.kind()))
         self._reasons: dict[str, str | None] = {}
 
@@ -109,7 +109,7 @@ class SpecCombo(QComboBox):
         for i in range(self.count()):
             kind = self.itemData(i)
             item = model.item(i)
-            reason = reasons.get(kind) if kind != "none" else None
+            reason = reasons.get(kind) if not draft_kinds.is_off(kind) else None
             item.setEnabled(reason is None)
             label = KIND_LABELS[kind]
             item.setText(label if reason is None else f"{label} — unavailable")
@@ -119,13 +119,18 @@ class SpecCombo(QComboBox):
 
     def reason_text(self) -> str:
         reason = self._reasons.get(self.kind())
-        if reason and self.kind() != "none":
+        if reason and not draft_kinds.is_off(self.kind()):
             return f"{KIND_LABELS[self.kind()]} cannot run: {reason.rstrip('.')}."
-        return (f"How the reply is sped up. {KIND_EXPLAIN.get(self.kind(), '')}\n"
+        return (f"How the reply is sped up. {_explain(self.kind())}\n"
                 "Unavailable choices say why in their tooltip.")
 
     def unavailable_reason(self) -> str | None:
-        return self._reasons.get(self.kind()) if self.kind() != "none" else None
+        return self._reasons.get(self.kind()) if not draft_kinds.is_off(self.kind()) else None
+
+
+def _explain(kind: str) -> str:
+    plugin = draft_kinds.find(kind)
+    return plugin.explanation if plugin is not None else ""
 
 
 def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> None:

@@ -2,26 +2,26 @@
 
 Public API:
     check(target, draft=None, kind=None, context=None, *, width=None, budget=None) -> PairingReport
-        target/draft: a folder path or a CheckpointInfo. kind: none | full-model | prompt-lookup
-        | mtp | dflash (None: inferred from the draft). Reads config, tokenizer files and
+        target/draft: a folder path or a CheckpointInfo. kind: a registered draft kind
+        (``app.kinds.names()``; None: inferred from the draft). Reads config, tokenizer files and
         safetensors headers only; never raises for bad checkpoints (problems are findings).
     suggest_drafts(target, *, store=None, context=None, budget=None, entries=None) -> Suggestions
         ranks local checkpoints (the store, or ``entries`` with .name/.path) that pair with the
-        target; one sentence per exclusion; .no_model_options = prompt lookup / MTP reports.
+        target; one sentence per exclusion; .no_model_options = the kinds with no draft folder.
     PairingReport: verdict (VERDICT_*), findings (Finding: code, severity, message, detail),
                    memory (MemoryEstimate), to_dict(), format_text().
-    KINDS, normalize_kind(name)
+    normalize_kind(name)
 
 Modules: ``report`` (findings, verdict, kinds), ``checker`` (the order of the checks),
 ``checkpoint`` (one model alone), ``tokenizers``, ``runtime`` (rollback, drafter code),
-``full_model``, ``mtp``, ``dflash``, ``fit`` (memory), ``suggest``.
+``full_model``, ``mtp``, ``dflash`` (their kinds' plugins call them), ``fit`` (memory),
+``suggest``.
 """
 
 from app.checkpoints.pairing.checker import check
 from app.checkpoints.pairing.report import (
     BLOCKER,
     DEFAULT_CONTEXT,
-    KINDS,
     NOTE,
     VERDICT_FAILS,
     VERDICT_LABELS,
@@ -37,7 +37,6 @@ from app.checkpoints.pairing.suggest import Exclusion, Suggestion, Suggestions, 
 __all__ = [
     "BLOCKER",
     "DEFAULT_CONTEXT",
-    "KINDS",
     "NOTE",
     "VERDICT_FAILS",
     "VERDICT_LABELS",

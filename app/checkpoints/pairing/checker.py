@@ -2,7 +2,8 @@
 
 Reads config, tokenizer files and safetensors headers only. The checks themselves live beside
 this file, one concern each: ``checkpoint`` (one model alone), ``tokenizers``, ``runtime``
-(rollback, drafter code), ``full_model``, ``mtp``, ``dflash``, ``fit`` (memory).
+(rollback, drafter code), ``fit`` (memory); each draft kind's own findings come from its
+plugin (``app.kinds``), which may keep them beside these (``full_model``, ``mtp``, ``dflash``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.checkpoints.inspect import KIND_DFLASH, CheckpointInfo
+from app import kinds
+from app.checkpoints.inspect import CheckpointInfo
 from app.checkpoints.memory_estimate import Budget, estimate_memory
 from app.checkpoints.pairing.checkpoint import (
     as_info,
@@ -18,10 +20,7 @@ from app.checkpoints.pairing.checkpoint import (
     options_note,
     target_findings,
 )
-from app.checkpoints.pairing.dflash import dflash_findings
 from app.checkpoints.pairing.fit import memory_findings
-from app.checkpoints.pairing.full_model import full_model_findings
-from app.checkpoints.pairing.mtp import mtp_findings
 from app.checkpoints.pairing.report import (
     BLOCKER,
     DEFAULT_CONTEXT,
@@ -34,10 +33,6 @@ from app.checkpoints.pairing.report import (
     verdict_of,
 )
 from app.checkpoints.pairing.runtime import rollback_findings, runtime_findings
-
-# Kinds that take no draft folder, and kinds that need one.
-NO_DRAFT_KINDS = ("none", "prompt-lookup", "mtp")
-DRAFT_FOLDER_KINDS = ("full-model", "dflash")
 
 
 def check(
@@ -70,7 +65,7 @@ def check(
         return PairingReport(
             target=name(target),
             draft=name(draft) if draft is not None else None,
-            kind=kind or ("full-model" if draft is not None else "none"),
+            kind=kind or (_folder_kind(None) if draft is not None else kinds.OFF),
             context=int(context or DEFAULT_CONTEXT),
             verdict=VERDICT_FAILS,
             findings=(finding,),
@@ -85,7 +80,7 @@ def _check(target, draft, kind, context, *, width, budget, start) -> PairingRepo
     context = max(int(context), 1)
     d = as_info(draft) if draft is not None else None
     if kind is None:
-        kind = (KIND_DFLASH if d.kind == KIND_DFLASH else "full-model") if d is not None else "none"
+        kind = _folder_kind(d.config) if d is not None else kinds.OFF
     out = FindingList()
     t_ok = model_findings(t, "target", out)
     if t_ok:
@@ -113,10 +108,18 @@ def _check(target, draft, kind, context, *, width, budget, start) -> PairingRepo
     )
 
 
+def _folder_kind(config: dict | None) -> str:
+    """The kind a draft folder is for, from its config (the catch-all kind when unreadable)."""
+    plugin = kinds.for_folder(config or {}) or kinds.for_folder({})
+    assert plugin is not None, "no draft kind takes a draft folder"
+    return plugin.name
+
+
 def _draft_findings(d: CheckpointInfo | None, kind: str, out: FindingList) -> bool:
     """Whether a draft folder was given as the kind wants; True when the draft can be judged."""
+    needs_folder = kinds.get(kind).needs_draft_folder
     if d is None:
-        if kind in DRAFT_FOLDER_KINDS:
+        if needs_folder:
             out.add(
                 "kind.needs_draft",
                 BLOCKER,
@@ -124,7 +127,7 @@ def _draft_findings(d: CheckpointInfo | None, kind: str, out: FindingList) -> bo
                 f"kind={kind}, no draft given",
             )
         return False
-    if kind in NO_DRAFT_KINDS:
+    if not needs_folder:
         out.add(
             "kind.no_draft_model",
             BLOCKER,
@@ -151,11 +154,11 @@ def _pair_findings(
             f"The target was trained for at most {t.context_length} tokens of context.",
             f"requested context {context}",
         )
-    if kind != "none" or d is not None:
+    plugin = kinds.get(kind)
+    if plugin.proposes or d is not None:
         rollback_findings(t, kind, context, out, d if d_ok else None)
-    if kind == "mtp":
-        mtp_findings(t, out)
-    if kind == "none" and d is None and not out.has_blocker("target."):
+    plugin.target_findings(t, out)
+    if not plugin.proposes and d is None and not out.has_blocker("target."):
         options_note(t, context, out)
     if d is None or not d_ok or d.config is None:
         return
@@ -166,7 +169,4 @@ def _pair_findings(
             "The draft is the target itself, which can never be faster.",
             str(d.path),
         )
-    if kind == "dflash":
-        dflash_findings(t, d, out)
-    elif kind == "full-model":
-        full_model_findings(t, d, out)
+    plugin.draft_findings(t, d, out)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from app.checkpoints.config_ranges import config_range_problem, remote_code_tokenizer
 from app.checkpoints.inspect import (
+    DRAFTER_FOLDER_KINDS,
     KIND_DFLASH,
+    KIND_EAGLE3,
     KIND_UNSUPPORTED,
     CheckpointInfo,
     inspect_checkpoint,
@@ -104,8 +106,8 @@ def model_findings(info: CheckpointInfo, role: str, out: FindingList) -> bool:
             f"The {who}'s custom code is never run.",
             "config.json auto_map present",
         )
-    if info.kind == KIND_DFLASH:
-        return True  # DFlash drafters are judged by the dflash checks
+    if info.kind in DRAFTER_FOLDER_KINDS:
+        return True  # DFlash and EAGLE-3 drafters are judged by their kinds' checks
     if not info.arch_supported:
         out.add(
             f"{role}.arch_unsupported",
@@ -159,6 +161,14 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
             "target.is_dflash",
             BLOCKER,
             "This is a DFlash drafter, not a chat model: it only helps the model it was made for.",
+            f"architectures={t.architectures}",
+        )
+        return
+    if t.kind == KIND_EAGLE3:
+        out.add(
+            "target.is_eagle3",
+            BLOCKER,
+            "This is an EAGLE-3 drafter, not a chat model: it only helps the model it was made for.",
             f"architectures={t.architectures}",
         )
         return
@@ -222,4 +232,5 @@ def options_note(t: CheckpointInfo, context: int, out: FindingList) -> None:
             f"kind=none; rollback: {problem or 'exact'}",
         )
     else:
-        out.add("target.options", NOTE, "This model can only run without speculation.", problem)
+        out.add("target.options", NOTE, "This model can only run without speculation.",
+                problem or "")

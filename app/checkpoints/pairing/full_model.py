@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.checkpoints.inspect import KIND_DFLASH, CheckpointInfo
+from app.checkpoints.inspect import KIND_DFLASH, KIND_EAGLE3, CheckpointInfo
 from app.checkpoints.pairing.report import BLOCKER, NOTE, WARNING, FindingList
 from app.checkpoints.pairing.tokenizers import tokenizer_findings, vocab_findings
 
@@ -13,6 +13,14 @@ def full_model_findings(t: CheckpointInfo, d: CheckpointInfo, out: FindingList) 
             "draft.is_dflash",
             BLOCKER,
             "This draft is a DFlash drafter, not a model that writes on its own; use the DFlash mode.",
+            f"architectures={d.architectures}",
+        )
+        return
+    if d.kind == KIND_EAGLE3:
+        out.add(
+            "draft.is_eagle3",
+            BLOCKER,
+            "This draft is an EAGLE-3 drafter, not a model that writes on its own; use the EAGLE-3 mode.",
             f"architectures={d.architectures}",
         )
         return

@@ -63,20 +63,23 @@ def would_load(findings: list[Finding]) -> bool:
 
 def with_load_check(report):
     """``report`` (a PairingReport) with the load check's findings for its target and, for a
-    full-model pair, its draft; findings already in the report are not added twice."""
+    pair whose draft is a model of its own, its draft; findings already in the report are not added twice."""
     from dataclasses import replace
 
-    from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
+    from app.checkpoints.inspect import DRAFTER_FOLDER_KINDS, inspect_checkpoint
     from app.checkpoints.pairing.report import verdict_of
 
     new: list[Finding] = []
     roles = [("target", report.target)]
-    if report.draft is not None and report.kind == "full-model":
+    from app import kinds
+
+    plugin = kinds.find(report.kind)
+    if report.draft is not None and plugin is not None and plugin.draft_is_lm:
         roles.append(("draft", report.draft))
     for role, path in roles:
         if any(f.severity == BLOCKER and f.code.startswith(role + ".") for f in report.findings):
             continue  # already refused for a plainer reason
-        if inspect_checkpoint(path, read_tokenizer_files=False).kind == KIND_DFLASH:
+        if inspect_checkpoint(path, read_tokenizer_files=False).kind in DRAFTER_FOLDER_KINDS:
             continue
         new += [f for f in load_check(path, role) if f not in report.findings]
     if not new:
@@ -88,9 +91,9 @@ def with_load_check(report):
 def refuse_unloadable(folder: Path) -> None:
     """Raise DraftPairError (the first reason, all of them in ``detail``) when ``folder``
     would not load. DFlash drafters are not mlx-lm models: the pairing check judges them."""
-    from app.checkpoints.inspect import KIND_DFLASH, inspect_checkpoint
+    from app.checkpoints.inspect import DRAFTER_FOLDER_KINDS, inspect_checkpoint
 
-    if inspect_checkpoint(folder, read_tokenizer_files=False).kind == KIND_DFLASH:
+    if inspect_checkpoint(folder, read_tokenizer_files=False).kind in DRAFTER_FOLDER_KINDS:
         return
     blockers = [f for f in load_check(folder) if f.severity == BLOCKER]
     if blockers:
@@ -130,7 +133,7 @@ def load_check(folder: str | os.PathLike[str], role: str = "model", *,
         _check(p, out, tokenizer)
     except Exception as exc:  # noqa: BLE001 - a file we did not foresee is a finding
         out.add("unexpected", BLOCKER,
-                f"DraftPair could not make sense of {folder}: {user_message(exc, folder=folder)}",
+                f"DraftPair could not make sense of {folder}: {user_message(exc, folder=p)}",
                 technical_detail(exc))
     if stamp is not None:
         with _CACHE_LOCK:
@@ -140,7 +143,7 @@ def load_check(folder: str | os.PathLike[str], role: str = "model", *,
     return out.items
 
 
-def _check(p: Path, out: _Out, tokenizer: bool) -> None:
+def _check(p: Path, out: _Out, tokenizer: str | None) -> None:
     if not _folder_ok(p, out):
         return
     config = _config(p, out)
@@ -337,7 +340,8 @@ _SIMPLE = {"int": (int,), "float": (int, float), "bool": (bool, int), "str": (st
 
 def _type_problems(args_class, config: dict) -> tuple[list[str], list[str]]:
     """(blocking, harmless) type mismatches between config values and ModelArgs fields."""
-    blocking, harmless = [], []
+    blocking: list[str] = []
+    harmless: list[str] = []
     if not dataclasses.is_dataclass(args_class):
         return blocking, harmless
     for f in dataclasses.fields(args_class):
@@ -420,7 +424,9 @@ def _compare(p: Path, config: dict, model, headers, out: _Out) -> None:
                 f"The weights in {p} do not have the layout a {config.get('model_type')} model "
                 f"expects: {user_message(exc, folder=p)}", technical_detail(exc))
         return
-    expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
+    params: list[tuple[str, Any]] = []
+    tree_flatten(model.parameters(), destination=params)  # the list form, by name
+    expected = {k: tuple(v.shape) for k, v in params}
     got = {k: tuple(v.shape) for k, v in weights.items()}
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))

@@ -15,7 +15,9 @@ def builtin_head(t: CheckpointInfo):
 
     for b in builtins.registered():
         head = builtins.get(f"{b.name}-mtp")
-        path = b.present() if head is not None else None
+        if head is None:
+            continue
+        path = b.present()
         if path is not None and Path(path).resolve() == Path(t.path).resolve():
             return True, head.present()
     return False, None

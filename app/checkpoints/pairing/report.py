@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from app import kinds
 from app.checkpoints.memory_estimate import MemoryEstimate
-from app.kinds import KINDS
 
 BLOCKER, WARNING, NOTE = "blocker", "warning", "note"
 VERDICT_WORKS = "works"
@@ -17,22 +17,17 @@ VERDICT_LABELS = {
     VERDICT_WARNINGS: "Works, with warnings",
     VERDICT_FAILS: "Will not work",
 }
-_ALIASES = {
-    "full_model": "full-model", "draft": "full-model", "model": "full-model",
-    "prompt_lookup": "prompt-lookup", "ngram": "prompt-lookup", "lookup": "prompt-lookup",
-    "off": "none",
-}  # fmt: skip
 DEFAULT_CONTEXT = 4096
 
 
 def normalize_kind(kind: str | None) -> str | None:
     if kind is None:
         return None
-    k = kind.strip().lower()
-    k = _ALIASES.get(k, k)
-    if k not in KINDS:
-        raise ValueError(f"unknown draft kind {kind!r} (choose from {', '.join(KINDS)})")
-    return k
+    try:
+        return kinds.normalize(kind)
+    except kinds.UnknownKind:
+        raise ValueError(f"unknown draft kind {kind!r} (choose from {', '.join(kinds.names())})"
+                         ) from None
 
 
 @dataclass(frozen=True)
@@ -83,8 +78,8 @@ class PairingReport:
     def summary(self) -> str:
         """One plain sentence: the verdict and its main reason."""
         label = VERDICT_LABELS[self.verdict]
-        first = (self.blockers or self.warnings or [None])[0]
-        return f"{label}: {first.message}" if first else f"{label}."
+        main = self.blockers or self.warnings
+        return f"{label}: {main[0].message}" if main else f"{label}."
 
     def to_dict(self) -> dict:
         return {

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 
+from app import kinds
 from app.checkpoints.inspect import CheckpointInfo
 from app.checkpoints.pairing.report import BLOCKER, WARNING, FindingList
 from app.checkpoints.rewind_rules import config_problem
-
-# Looked up, never imported: the checkpoint layer only asks whether the runtime has them.
-RUNTIME_MODULES = {"mtp": "app.engine.drafters.mtp", "dflash": "app.engine.drafters.dflash"}
 
 
 def rollback_findings(
@@ -23,11 +21,11 @@ def rollback_findings(
     if problem:
         out.add(
             "cache.not_trimmable",
-            BLOCKER if kind != "none" else WARNING,
+            BLOCKER if kinds.get(kind).proposes else WARNING,
             "This target cannot undo rejected guesses, so speculative decoding cannot run on it.",
             problem,
         )
-    if d is not None and d.config is not None and kind == "full-model":
+    if d is not None and d.config is not None and kinds.get(kind).draft_is_lm:
         problem = rewind_problem(d.config)
         if problem:
             out.add(
@@ -44,7 +42,10 @@ def rewind_problem(config: dict) -> str | None:
 
 
 def runtime_findings(kind: str, out: FindingList) -> None:
-    module = RUNTIME_MODULES.get(kind)
+    """Whether this build has the engine code the kind names (looked up, never imported:
+    the checkpoint layer only asks whether the runtime has it)."""
+    plugin = kinds.get(kind)
+    module = plugin.engine_module()
     if not module:
         return
     try:
@@ -55,6 +56,6 @@ def runtime_findings(kind: str, out: FindingList) -> None:
         out.add(
             "kind.runtime_missing",
             BLOCKER,
-            f"This version of DraftPair cannot run {kind.upper() if kind == 'mtp' else 'DFlash'} drafting yet.",
+            f"This version of DraftPair cannot run {plugin.technical} drafting yet.",
             f"module {module} not found",
         )

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.checkpoints import mtp_source
+from app import kinds
 from app.checkpoints.inspect import (
-    KIND_DFLASH,
     KIND_UNSUPPORTED,
     CheckpointInfo,
     inspect_checkpoint,
@@ -17,14 +16,12 @@ from app.checkpoints.inspect import (
 from app.checkpoints.memory_estimate import Budget, memory_budget
 from app.checkpoints.pairing.checker import check
 from app.checkpoints.pairing.checkpoint import as_info
-from app.checkpoints.pairing.mtp import builtin_head
 from app.checkpoints.pairing.report import (
     VERDICT_FAILS,
     VERDICT_WARNINGS,
     VERDICT_WORKS,
     PairingReport,
 )
-from app.kinds import LABELS as KIND_NAMES
 
 if TYPE_CHECKING:
     from app.checkpoints.store import Store, StoreEntry
@@ -52,7 +49,7 @@ class Suggestions:
     target: str
     ranked: tuple[Suggestion, ...]
     excluded: tuple[Exclusion, ...]
-    no_model_options: tuple[Suggestion, ...] = field(default=())  # prompt lookup, MTP
+    no_model_options: tuple[Suggestion, ...] = field(default=())  # kinds with no draft folder
 
 
 def _builtin_note(path: Path) -> str | None:
@@ -65,8 +62,7 @@ def _builtin_note(path: Path) -> str | None:
 
 def _score(kind: str, report: PairingReport, ratio: float | None) -> float:
     s = 0.0 if report.verdict == VERDICT_WORKS else -10.0
-    if kind == "dflash":
-        s += 5.0
+    s += kinds.get(kind).suggest_bonus
     if ratio:
         s -= abs(math.log(ratio / 0.08))  # drafts about 1/12 of the target tend to pay best
     return s
@@ -103,7 +99,11 @@ def suggest_drafts(
                 Exclusion(e.name, p, info.unsupported_reason or "DraftPair cannot use it.")
             )
             continue
-        kind = "dflash" if info.kind == KIND_DFLASH else "full-model"
+        plugin = kinds.for_folder(info.config or {})
+        if plugin is None:
+            excluded.append(Exclusion(e.name, p, "No draft kind of this DraftPair reads it."))
+            continue
+        kind = plugin.name
         report = check(t, info, kind=kind, context=context, budget=budget)
         if report.verdict == VERDICT_FAILS:
             excluded.append(Exclusion(e.name, p, report.blockers[0].message))
@@ -119,35 +119,20 @@ def suggest_drafts(
         note = _builtin_note(p)
         if note:
             reason = note
-        elif kind == "dflash":
-            reason = "A DFlash drafter made for this target: usually the fastest option."
-        elif ratio is not None:
-            reason = f"Same tokens as the target, {ratio:.1%} of its size."
         else:
-            reason = "Same tokens as the target."
+            reason = plugin.folder_reason(ratio)
         if report.verdict == VERDICT_WARNINGS:
             reason += f" Warning: {report.warnings[0].message}"
         ranked.append(Suggestion(e.name, p, kind, report, reason, _score(kind, report, ratio)))
     ranked.sort(key=lambda s: -s.score)
     options: list[Suggestion] = []
     if t.config is not None:
-        for kind in ("prompt-lookup", "mtp"):
-            label = f"{KIND_NAMES[kind]} (no draft model)"  # the name the pickers show
-            beside = kind == "mtp" and not t.mtp_tensors and bool(mtp_source.beside(t.path))
-            shipped = builtin_head(t)[1] if kind == "mtp" and not t.mtp_tensors else None
-            if kind == "mtp" and not (t.mtp_tensors or beside or shipped
-                                      or mtp_source.declared_layers(t.config)):
+        for plugin in kinds.drafting():
+            why = None if plugin.needs_draft_folder else plugin.offer(t)
+            if why is None:
                 continue
-            report = check(t, None, kind=kind, context=context, budget=budget)
-            if kind == "prompt-lookup":
-                reason = "Copies likely continuations from the prompt; best for edits and rewrites."
-            elif shipped:
-                reason = _builtin_note(Path(shipped)) or "Uses the head shipped for this model."
-            elif beside:
-                reason = "Uses the prediction head kept beside the target."
-            else:
-                reason = "Uses the prediction head shipped inside the target."
-            options.append(
-                Suggestion(label, None, kind, report, reason if report.works else report.summary())
-            )
+            label = f"{plugin.label} (no draft model)"  # the name the pickers show
+            report = check(t, None, kind=plugin.name, context=context, budget=budget)
+            options.append(Suggestion(label, None, plugin.name, report,
+                                      why if report.works else report.summary()))
     return Suggestions(str(t.path), tuple(ranked), tuple(excluded), tuple(options))

@@ -88,11 +88,11 @@ def pca_embedding(target_embed, dim: int):
 
 def copy_target_layers(draft, target, layers: list[int]) -> None:
     """Give ``draft`` the target's embedding, final norm and the chosen decoder layers."""
-    from mlx.utils import tree_flatten
+    from app.engine.mlx_types import flat_arrays
 
-    src = dict(tree_flatten(target.parameters()))
+    src = dict(flat_arrays(target.parameters()))
     new = []
-    for name, _ in tree_flatten(draft.parameters()):
+    for name, _ in flat_arrays(draft.parameters()):
         if name.startswith("model.layers."):
             parts = name.split(".")
             parts[2] = str(layers[int(parts[2])])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from app.demo.train.card import model_card
 
@@ -25,7 +26,7 @@ def ship_weights(weights: dict, shape: dict, config: dict, *, layer_bits: int = 
         return {k: v.astype(mx.float16) for k, v in weights.items()}, config
     out = {}
     eb, eg = int(shape.get("embed_bits", 4)), int(shape.get("embed_group", 64))
-    quant: dict = {}
+    quant: dict[str, dict[str, Any]] = {}
     for name, v in weights.items():
         base, leaf = name.rsplit(".", 1)
         is_emb = base == "model.embed_tokens"
@@ -39,8 +40,8 @@ def ship_weights(weights: dict, shape: dict, config: dict, *, layer_bits: int = 
         else:
             out[name] = v.astype(mx.float16)
     if quant:
-        top = next((q for b, q in quant.items() if b != "model.embed_tokens"),
-                   quant.get("model.embed_tokens"))
+        top = (next((q for b, q in quant.items() if b != "model.embed_tokens"), None)
+               or quant["model.embed_tokens"])
         config["quantization"] = {**top, **quant}
     return out, config
 
@@ -52,6 +53,7 @@ def export(workdir: Path, out: Path, *, which: str = "best", layer_bits: int = 6
     import mlx.core as mx
 
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_arrays
 
     src = workdir / ("best" if which == "best" else "checkpoint")
     if not (src / "model.safetensors").is_file():
@@ -64,7 +66,7 @@ def export(workdir: Path, out: Path, *, which: str = "best", layer_bits: int = 6
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    trained = mx.load(str(src / "model.safetensors"))
+    trained = load_arrays(src / "model.safetensors")
     n_params = sum(int(v.size) for v in trained.values())
     w, config = ship_weights(trained, run["shape"], run["config"], layer_bits=layer_bits)
     mx.save_safetensors(str(tmp / "model.safetensors"), w, metadata={"format": "mlx"})

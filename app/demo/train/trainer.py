@@ -8,6 +8,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from app.checkpoints.inspect import read_draft_head
 from app.demo import teacher
@@ -107,16 +108,16 @@ class Trainer:
             self.model.model.embed_tokens.freeze()
         del tmodel
         mx.eval(self.model.parameters())
-        from mlx.utils import tree_flatten
+        from app.engine.mlx_types import flat_arrays, load_arrays
 
-        n_params = sum(v.size for _, v in tree_flatten(self.model.parameters()))
+        n_params = sum(v.size for _, v in flat_arrays(self.model.parameters()))
         self.optimizer = optim.AdamW(learning_rate=self.cfg.lr,
                                      weight_decay=self.cfg.weight_decay)
         self.optimizer.init(self.model.trainable_parameters())
         if self.meta:
             from mlx.utils import tree_unflatten
 
-            st = mx.load(str(self.ckpt / "optimizer.safetensors"))
+            st = load_arrays(self.ckpt / "optimizer.safetensors")
             self.optimizer.state = tree_unflatten(list(st.items()))
             self.step = int(self.meta["step"])
             self.train_seconds = float(self.meta["train_seconds"])
@@ -134,7 +135,7 @@ class Trainer:
         log(f"train: draft hidden {c['hidden_size']} x {c['num_hidden_layers']} layers, "
             f"{origin} ({n_params / 1e6:.2f}M params), head {len(self.head)}")
         self.heldout = teacher.load_heldout(workdir)
-        self._step_fn = None
+        self._step_fn: Any = None  # compiled on the first batch
 
     # -- data ---------------------------------------------------------------------------
 

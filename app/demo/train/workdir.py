@@ -33,12 +33,11 @@ class Logger:
 
 
 def load_target(progress=None):
-    from mlx_lm import load
-
     from app.demo.target import ensure_demo_target
+    from app.engine.mlx_types import load_lm
 
     path = ensure_demo_target(progress)
-    model, tok = load(str(path))
+    model, tok = load_lm(str(path))
     return path, model, tok
 
 

@@ -24,7 +24,7 @@ import mlx.core as mx
 
 from app.engine.events import SamplingParams
 from app.engine.prompt_cache import CachedState
-from app.engine.proposal import Proposal
+from app.engine.proposal import Proposal as Proposal  # drafters import it from here
 from app.engine.taps import Hidden, TapRequest
 
 

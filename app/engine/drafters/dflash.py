@@ -31,11 +31,12 @@ from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.drafters.dflash_model import DFlashConfig, DFlashModel, load_model
 from app.engine.events import SamplingParams
+from app.engine.mlx_types import float_list
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
+    from app.engine.drafter_context import DrafterContext
     from app.engine.models import LoadedModel
-    from app.engine.registry import DrafterContext
     from app.engine.taps import Hidden
 
 DEMO_FOLDER = "demo-dflash"
@@ -64,7 +65,8 @@ def target_problem(config: DFlashConfig, target: LoadedModel) -> str | None:
     from app.engine.taps import stack
 
     tcfg = target.config
-    text = tcfg.get("text_config") if isinstance(tcfg.get("text_config"), dict) else tcfg
+    inner = tcfg.get("text_config")
+    text: dict[str, Any] = inner if isinstance(inner, dict) else tcfg
     hidden = int(text.get("hidden_size") or tcfg.get("hidden_size") or 0)
     try:
         n_layers = len(stack(target.model)[1])
@@ -89,7 +91,8 @@ def target_problem(config: DFlashConfig, target: LoadedModel) -> str | None:
     return None
 
 
-def _reduced_head(folder: Path, target: LoadedModel, vocab: int):
+def _reduced_head(folder: Path, target: LoadedModel, vocab: int
+                  ) -> tuple[mx.array | None, mx.array | None]:
     f = folder / "draft_head.json"
     if not f.exists():
         return None, None
@@ -140,16 +143,14 @@ def _calibration(folder: Path) -> tuple[float, ...]:
         return ()
 
 
-def _demo_assets(ctx: DrafterContext) -> DFlashAssets | None:
-    """The shipped demo drafter, for the demo target only."""
+def demo_folder(target: LoadedModel) -> Path | None:
+    """The shipped demo drafter's folder when ``target`` is the demo target (reads nothing)."""
     from app.resources import resource_path
 
     folder = resource_path(DEMO_FOLDER)
-    if not (folder / "config.json").exists() or not _is_demo_target(ctx.target):
+    if not (folder / "config.json").exists() or not _is_demo_target(target):
         return None
-    assets = load(folder, ctx.target)
-    ctx.assets["dflash"] = assets
-    return assets
+    return folder
 
 
 def _is_demo_target(target: LoadedModel) -> bool:
@@ -163,30 +164,30 @@ def _is_demo_target(target: LoadedModel) -> bool:
         return False
 
 
-def _assets(ctx: DrafterContext) -> DFlashAssets | None:
-    a = ctx.assets.get("dflash")
-    return a if a is not None else _demo_assets(ctx)
-
-
 def unavailable(ctx: DrafterContext) -> str | None:
-    try:
-        a = _assets(ctx)
-    except DraftPairError as exc:
-        return str(exc).rstrip(".")
+    """A pure query: the loaded drafter's fit to the target, or whether one could be loaded."""
+    a = ctx.asset
     if a is None:
+        if demo_folder(ctx.target) is not None:
+            return None
         return "no DFlash drafter is loaded (choose a DFlash drafter folder as the draft)"
     return target_problem(a.config, ctx.target)
 
 
+def load_default(ctx: DrafterContext) -> DFlashAssets | None:
+    """The drafter a target gets with no folder chosen: the demo's own, for the demo target."""
+    folder = demo_folder(ctx.target)
+    return load(folder, ctx.target) if folder is not None else None
+
+
 def make(ctx: DrafterContext) -> DFlashDrafter:
-    a = _assets(ctx)
+    a = ctx.asset
     if a is None:
         raise DraftPairError("No DFlash drafter is loaded.")
     return DFlashDrafter(ctx.target, a, adaptive=bool(getattr(ctx.request, "adaptive", True)))
 
 
 class DFlashDrafter(Drafter):
-    kind = "dflash"
     block = True
     step_cost = 0.15  # until the session measures it at warm-up
 
@@ -298,7 +299,7 @@ class DFlashDrafter(Drafter):
         tokens = self._to_target_ids(picks).astype(mx.uint32)
         if self.adaptive:
             mx.eval(tokens, conf)
-            k = self.choose_width(conf.tolist(), pending)
+            k = self.choose_width(float_list(conf), pending)
             tokens = tokens[:k]
             probs = probs[:k]
         dist = None
@@ -326,7 +327,7 @@ class DFlashDrafter(Drafter):
         many as raise the expected tokens per unit of verify cost, taking the drafter's own
         probabilities as acceptance chances (the drafting pass is already paid)."""
         base = 1 if pending else 0  # the pending token is fed with the proposals
-        best_k = best = 0
+        best_k, best = 0, 0.0
         run = expect = 1.0
         scale = self.assets.calibration if getattr(self, "assets", None) else ()
         for j, c in enumerate(conf):
@@ -360,12 +361,8 @@ class DFlashDrafter(Drafter):
         # only committed context is cached; rewind to it all the same (a no-op normally)
         keep = min(self.n_cached, len(committed))
         if self.cache and self.cache[0].offset > keep:
-            try:
-                from app.engine.rollback import rewind_cache
-            except ImportError:  # an engine without the rollback module: KV caches trim
-                def rewind_cache(cache, length):
-                    for c in cache:
-                        c.trim(int(c.offset) - length)
+            from app.engine.rollback import rewind_cache
+
             rewind_cache(self.cache, keep)
             self.n_cached = keep
 

@@ -29,14 +29,16 @@ import mlx.core as mx
 from app.engine import sampling as sm
 from app.engine.drafters.base import Drafter, Proposal
 from app.engine.events import SamplingParams
+from app.engine.mlx_types import item_float, item_int
 from app.engine.models import LoadedModel, dequantized_weight, make_cache
 from app.engine.prompt_cache import CachedState
 from app.engine.rollback import cache_arrays, mark_cache, rewind_cache, widen_windows
 from app.engine.taps import Hidden
 from app.engine.width import DEFAULT_DRAFT_COST
+from app.errors import DraftPairError
 
 if TYPE_CHECKING:
-    from app.engine.registry import DrafterContext
+    from app.engine.drafter_context import DrafterContext
 
 
 class DraftHead:
@@ -83,11 +85,13 @@ class DraftHead:
 
     def logits(self, inputs: mx.array, cache: list[Any]) -> mx.array:
         """Draft logits over its head for the last position of ``inputs`` (shape ``(1, size)``)."""
+        out: mx.array
         if self.weight is not None:
             h = self.model.model(inputs[None], cache=cache)[:, -1, :]
-            return h @ self.weight.T
-        out = self.model(inputs[None], cache=cache)[:, -1, :]
-        return out[:, : self.vocab_limit]
+            out = h @ self.weight.T
+        else:
+            out = self.model(inputs[None], cache=cache)[:, -1, :][:, : self.vocab_limit]
+        return out
 
     def to_target_ids(self, draft_ids: mx.array) -> mx.array:
         return self.ids[draft_ids] if self.ids is not None else draft_ids
@@ -112,7 +116,6 @@ CONFIDENCE_STOP = 0.6
 
 
 class FullModelDrafter(Drafter):
-    kind = "full-model"
     step_cost = DEFAULT_DRAFT_COST  # until the session measures it at warm-up
 
     def __init__(
@@ -194,7 +197,7 @@ class FullModelDrafter(Drafter):
                 # unaffected: the decision uses only the draft's own distribution)
                 conf = mx.max(probs if self.stochastic else mx.softmax(logits, axis=-1))
                 mx.eval(y, conf)
-                if conf.item() < self.confidence_stop:
+                if item_float(conf) < self.confidence_stop:
                     break
             else:
                 mx.async_eval(y)
@@ -218,13 +221,14 @@ class FullModelDrafter(Drafter):
         if proposal is None:
             self.pending = self.pending + list(new_tokens)
             return
+        assert self.cache is not None, "a proposal was made from this cache"
         k = proposal.k
         keep = min(accepted, k - 1)
         self.length -= (k - 1) - keep
         rewind_cache(self.cache, self.length)
         pending = []
         if accepted == k:
-            pending.append(int(proposal.tokens[k - 1].item()))
+            pending.append(item_int(proposal.tokens[k - 1]))
         pending.extend(new_tokens[accepted:])
         self.pending = pending
 
@@ -264,15 +268,10 @@ class FullModelDrafter(Drafter):
         }
 
 
-def make(ctx: DrafterContext) -> FullModelDrafter:
-    from app.engine.registry import spec
-
-    assert ctx.draft is not None
+def make(ctx: DrafterContext, default_width: int) -> FullModelDrafter:
+    draft = ctx.asset
+    if draft is None:
+        raise DraftPairError("No draft model is loaded.")
     req = ctx.request
-    return FullModelDrafter(ctx.draft, target_vocab=ctx.target.vocab_size,
-                            adaptive=req.adaptive,
-                            max_width=req.draft_width or spec("full-model").default_width)
-
-
-def unavailable(ctx: DrafterContext) -> str | None:
-    return None if ctx.draft is not None else "no draft model is loaded"
+    return FullModelDrafter(draft, target_vocab=ctx.target.vocab_size, adaptive=req.adaptive,
+                            max_width=req.draft_width or default_width)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
@@ -29,6 +29,11 @@ from app.engine.drafters.mtp_head import POSTNORM, BoundHead, MTPHead
 from app.engine.events import SamplingParams
 from app.engine.rollback import rewind_cache
 from app.engine.taps import Hidden, TapRequest
+from app.errors import DraftPairError
+
+if TYPE_CHECKING:
+    from app.engine.drafter_context import DrafterContext
+    from app.engine.models import LoadedModel
 
 
 def _tap_request(head: MTPHead) -> TapRequest:
@@ -39,9 +44,8 @@ def _tap_request(head: MTPHead) -> TapRequest:
 
 
 class MTPDrafter(Drafter):
-    kind = "mtp"
 
-    def __init__(self, head: MTPHead, target_model, *, target_vocab: int,
+    def __init__(self, head: MTPHead, target_model: Any, *, target_vocab: int,
                  reuse_draft_kv: bool = False):
         self.head = head
         self.bound = BoundHead(head, target_model)
@@ -209,7 +213,7 @@ class MTPDrafter(Drafter):
 
 
 # -- registry entry points ------------------------------------------------------------------
-def load(path: Path | str, target) -> MTPHead:
+def load(path: Path | str, target: LoadedModel) -> MTPHead:
     """The MTP head for ``target`` (a LoadedModel) found at/for ``path``; DraftPairError if
     there is none (the reason in one sentence)."""
     from app.engine.drafters.mtp_load import load_head
@@ -217,15 +221,15 @@ def load(path: Path | str, target) -> MTPHead:
     return load_head(Path(path), target)
 
 
-def unavailable(ctx) -> str | None:
+def unavailable(ctx: DrafterContext) -> str | None:
+    """A pure query: reads names in the target's files, not tensors (none once loaded)."""
     from app.engine.drafters.mtp_load import problem_for
 
-    return problem_for(ctx.target, ctx.assets)
+    return None if ctx.asset is not None else problem_for(ctx.target)
 
 
-def make(ctx) -> MTPDrafter:
-    head = ctx.assets.get("mtp")
+def make(ctx: DrafterContext) -> MTPDrafter:
+    head = ctx.asset
     if head is None:
-        head = load(ctx.target.path, ctx.target)
-        ctx.assets["mtp"] = head
+        raise DraftPairError("No MTP head is loaded.")
     return MTPDrafter(head, ctx.target.model, target_vocab=ctx.target.vocab_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -29,10 +29,13 @@ from app.engine.drafters.mtp_head import (
 )
 from app.errors import DraftPairError
 
+if TYPE_CHECKING:
+    from app.engine.models import LoadedModel
+
 SUPPORTED = "Qwen3.5, Qwen3-Next, DeepSeek-V3 / GLM-4.5 NextN"
 
 
-def _builtin_head(target) -> tuple[bool, Path | None]:
+def _builtin_head(target: LoadedModel) -> tuple[bool, Path | None]:
     """(is this a built-in target with its own head, that head's folder if present)."""
     from app.checkpoints import builtins
 
@@ -50,7 +53,7 @@ def _builtin_head(target) -> tuple[bool, Path | None]:
     return False, None
 
 
-def locate(path: Path, target) -> tuple[mw.Found | None, str | None]:
+def locate(path: Path, target: LoadedModel) -> tuple[mw.Found | None, str | None]:
     """(where the head is, None) or (None, why there is none)."""
     found = mw.find_split(path)
     if found is not None:
@@ -85,19 +88,19 @@ def build_module(target_model: nn.Module) -> MTPModule:
                      float(getattr(args, "rms_norm_eps", 1e-6)))
 
 
-def _hidden_setting(found: mw.Found, target) -> str:
+def _hidden_setting(found: mw.Found, target: LoadedModel) -> str:
     own = found.config.get("hidden_state")
     if own in (PRENORM, POSTNORM):
-        return own
+        return str(own)
     fam = mw.family(found.config) if found.layout == "split" else mw.family(target.config)
     return HIDDEN_BY_FAMILY.get(fam, POSTNORM)
 
 
-def _quantize_like(module: MTPModule, tensors: dict[str, Any], config: dict) -> None:
+def _quantize_like(module: MTPModule, tensors: dict[str, Any], config: dict[str, Any]) -> None:
     q = config.get("quantization") or config.get("quantization_config") or {}
     group, bits = int(q.get("group_size", 64)), int(q.get("bits", 4))
 
-    def pred(p: str, m: nn.Module):
+    def pred(p: str, m: nn.Module) -> bool | dict[str, Any]:
         if f"{p}.scales" not in tensors or not hasattr(m, "to_quantized"):
             return False
         own = q.get(p) or q.get(f"mtp.{p}")
@@ -108,7 +111,8 @@ def _quantize_like(module: MTPModule, tensors: dict[str, Any], config: dict) -> 
     nn.quantize(module, group_size=group, bits=bits, class_predicate=pred)
 
 
-def _reduced_head(folder: Path | None, target_model: nn.Module):
+def _reduced_head(folder: Path | None, target_model: nn.Module
+                  ) -> tuple[mx.array | None, mx.array | None]:
     if folder is None or not (folder / "draft_head.json").exists():
         return None, None
     from app.engine.models import dequantized_weight
@@ -145,7 +149,7 @@ def _sanitize_block(tensors: dict[str, Any], target_model: nn.Module) -> dict[st
     return out
 
 
-def head_from(found: mw.Found, target) -> MTPHead:
+def head_from(found: mw.Found, target: LoadedModel) -> MTPHead:
     """Read the tensors of ``found`` into a head for ``target``; DraftPairError on mismatch."""
     tensors = mw.load_tensors(found)
     if found.layout == "nextn":
@@ -168,7 +172,7 @@ def head_from(found: mw.Found, target) -> MTPHead:
     dtype = inner_model(target.model).norm.weight.dtype
     if not any(k.endswith(".scales") for k in tensors):
         module.set_dtype(dtype)
-    mx.eval(module.parameters())
+    mx.eval(module.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     ids, w = _reduced_head(found.folder if found.layout == "demo" else None, target.model)
     src = {"qwen3_5": "the target's own files", "nextn": "the target's own files (NextN)",
            "split": f"the drafter folder {found.folder}",
@@ -180,18 +184,15 @@ def head_from(found: mw.Found, target) -> MTPHead:
                    else None)
 
 
-def load_head(path: Path, target) -> MTPHead:
+def load_head(path: Path, target: LoadedModel) -> MTPHead:
     found, why = locate(path, target)
     if found is None:
         raise DraftPairError(why or "No MTP head was found.")
     return head_from(found, target)
 
 
-def problem_for(target, assets: dict[str, Any] | None = None) -> str | None:
-    """Why MTP cannot run for this target (None if it can). Reads names, not tensors,
-    unless the head is already loaded."""
-    if assets and assets.get("mtp") is not None:
-        return None
+def problem_for(target: LoadedModel) -> str | None:
+    """Why MTP cannot run for this target (None if it can). Reads names, not tensors."""
     try:
         inner_model(target.model)
         new_layer_like(target.model)

@@ -21,7 +21,7 @@ from app.engine.proposal import Proposal
 from app.engine.taps import Hidden
 
 if TYPE_CHECKING:
-    from app.engine.registry import DrafterContext
+    from app.engine.drafter_context import DrafterContext
 
 
 class NgramIndex:
@@ -60,7 +60,6 @@ class NgramIndex:
 
 
 class PromptLookupDrafter(Drafter):
-    kind = "prompt-lookup"
     stochastic = False
     adaptive_width = False  # sizes its proposals from the lookups themselves
 
@@ -148,7 +147,3 @@ def make(ctx: DrafterContext) -> PromptLookupDrafter:
     req = ctx.request
     return PromptLookupDrafter(ngram_min=req.ngram_min, ngram_max=req.ngram_max,
                                adaptive=req.adaptive)
-
-
-def unavailable(ctx: DrafterContext) -> str | None:
-    return None

@@ -1,0 +1,63 @@
+"""EAGLE-3: a one-layer drafter made for one target reads three of its layers (low, middle,
+high) and guesses the next few tokens, in its own smaller vocabulary mapped to the target's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.checkpoints.eagle3_config import is_eagle3
+from app.checkpoints.pairing.eagle3 import eagle3_findings
+from app.kinds import KindPlugin
+
+if TYPE_CHECKING:
+    from app.checkpoints.inspect import CheckpointInfo
+    from app.checkpoints.pairing.report import FindingList
+    from app.engine.drafter_context import DrafterContext
+    from app.engine.drafters.base import Drafter
+    from app.engine.models import LoadedModel
+
+
+class Eagle3(KindPlugin):
+    name = "eagle3"
+    label = "Layer-reading drafter (EAGLE-3)"
+    explanation = ("A small drafter made for this model reads three of its layers and "
+                   "guesses the next few tokens.")
+    technical = "EAGLE-3"
+    default_width = 4
+    needs_draft_folder = True
+    needs_taps = True
+    stochastic = True
+    scratch_width = 8
+    suggest_bonus = 5.0  # a drafter made for the target tends to pay best
+    aliases = ("eagle-3", "eagle")
+
+    def recognises(self, config: dict[str, Any]) -> bool:
+        return isinstance(config, dict) and is_eagle3(config)
+
+    def engine_module(self) -> str | None:
+        return "app.engine.drafters.eagle3"
+
+    def draft_findings(self, t: CheckpointInfo, d: CheckpointInfo, out: FindingList) -> None:
+        eagle3_findings(t, d, out)
+
+    def folder_reason(self, ratio: float | None) -> str:
+        return "An EAGLE-3 drafter made for this target."
+
+    def unavailable(self, ctx: DrafterContext) -> str | None:
+        from app.engine.drafters import eagle3
+
+        return eagle3.unavailable(ctx)
+
+    def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
+        from app.engine.drafters import eagle3
+
+        return eagle3.load(folder, target)
+
+    def make(self, ctx: DrafterContext) -> Drafter:
+        from app.engine.drafters import eagle3
+
+        return eagle3.make(ctx)
+
+
+PLUGIN = Eagle3()

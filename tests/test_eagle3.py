@@ -1,0 +1,223 @@
+"""EAGLE-3 drafters: both published layouts recognised and read alike, proposals equal to
+mlx-vlm's drafter on the same weights, greedy output identical to plain decoding, sampled
+proposals carrying q over the target's vocabulary, and pairing refusals in one sentence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import builders_eagle3 as be
+from tests import eagle3_scenario as sc
+
+GOLDEN = Path(__file__).parent / "golden" / "eagle3_golden.npz"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("eagle3")
+
+
+@pytest.fixture(scope="module")
+def pairs(root) -> dict[str, Path]:
+    target, orig = be.make_pair(root, "original")
+    _, spec = be.make_pair(root, "speculators")
+    return {"target": target, "original": orig, "speculators": spec}
+
+
+# -- folders ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["original", "speculators"])
+def test_both_layouts_are_recognised(pairs, layout):
+    from app import kinds
+    from app.checkpoints.inspect import KIND_EAGLE3, inspect_checkpoint
+
+    cfg = json.loads((pairs[layout] / "config.json").read_text())
+    plugin = kinds.for_folder(cfg)
+    assert plugin is not None and plugin.technical == "EAGLE-3"
+    assert inspect_checkpoint(pairs[layout]).kind == KIND_EAGLE3
+
+
+def test_both_layouts_read_alike(pairs):
+    from dataclasses import asdict
+
+    from app.engine.drafters.eagle3_model import read_config
+
+    a = asdict(read_config(json.loads((pairs["original"] / "config.json").read_text())))
+    b = asdict(read_config(json.loads((pairs["speculators"] / "config.json").read_text())))
+    assert (a.pop("layout"), b.pop("layout")) == ("original", "speculators")
+    assert b.pop("layer_ids") == tuple(be.PAPER_IDS) and a.pop("layer_ids") is None
+    assert b.pop("verifier_archs") == ("Qwen3ForCausalLM",) and a.pop("verifier_archs") == ()
+    b.pop("verifier_name"), a.pop("verifier_name")
+    assert a == b
+
+
+# -- proposals equal to mlx-vlm's -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def golden() -> dict[str, np.ndarray]:
+    return dict(np.load(GOLDEN))
+
+
+@pytest.mark.parametrize("name,layout,reduced,opts", sc.VARIANTS, ids=[v[0] for v in sc.VARIANTS])
+def test_proposals_equal_mlx_vlm_golden(root, golden, name, layout, reduced, opts):
+    target, drafter = be.make_pair(root, layout, reduced=reduced, **opts)
+    got = sc.ours(target, drafter)
+    assert got == golden[name].tolist()
+    assert len({t for r in got for t in r}) > 3  # the scenario is not degenerate
+
+
+def test_original_layout_drafts_as_the_speculators_one(pairs, golden):
+    """Same numbers, the other layout: the paper's layers stand in for the written ids."""
+    assert sc.ours(pairs["target"], pairs["original"]) == golden["speculators-reduced"].tolist()
+
+
+@pytest.mark.skipif(not (sc.REF / "mlx_vlm").is_dir(), reason="mlx-vlm 0.7.10 not unpacked")
+def test_proposals_equal_mlx_vlm_live(root):
+    target, drafter = be.make_pair(root, "speculators", seed=8)
+    assert sc.ours(target, drafter) == sc.mlx_vlm(target, drafter)
+
+
+# -- in the round loop ------------------------------------------------------------------
+
+def _session(pairs, key):
+    from app.engine.session import Session
+
+    s = Session()
+    s.load_target(pairs["target"])
+    s.load_draft(pairs[key])
+    return s
+
+
+def _generate(s, kind, *, width=3, max_tokens=40, sampling=None):
+    from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
+
+    req = GenerationRequest(prompt_tokens=sc.PROMPT, chat=False, draft_kind=kind,
+                            draft_width=width, max_tokens=max_tokens, allow_fallback=False,
+                            sampling=sampling or SamplingParams())
+    done = list(s.generate(req))[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
+    return done
+
+
+@pytest.mark.parametrize("key", ["original", "speculators"])
+def test_greedy_output_identical_to_plain(pairs, key):
+    from app import kinds
+
+    s = _session(pairs, key)
+    name = s.draft_kind
+    assert name is not None and kinds.get(name).technical == "EAGLE-3"
+    plain = _generate(s, kinds.OFF)
+    spec = _generate(s, name)
+    assert spec.token_ids == plain.token_ids
+    assert spec.timings.fallback is None and spec.timings.draft_rounds > 0
+    assert spec.timings.draft_kind == name
+
+
+def test_sampled_proposals_carry_q_over_the_target_vocabulary(pairs):
+    import mlx.core as mx
+
+    from app.engine.drafters.eagle3 import Eagle3Drafter, load
+    from app.engine.events import SamplingParams
+    from app.engine.models import load_model
+
+    t = load_model(pairs["target"])
+    assets = load(pairs["speculators"], t)
+    d = Eagle3Drafter(assets, target_vocab=t.vocab_size)
+    prompt = list(sc.PROMPT)
+    d.begin(prompt, SamplingParams(temperature=0.8, seed=1))
+    rows = sc.rows_for(t.model, prompt, assets.capture)
+    from app.engine.taps import Hidden
+
+    h = be.HIDDEN
+    d.prefill(prompt, Hidden(layers={c: mx.array(rows[:, j * h:(j + 1) * h])
+                                     for j, c in enumerate(assets.capture)}))
+    p = d.propose(prompt + [sc.BONUS], 4)
+    assert p is not None and p.q is not None and p.q.shape == (4, t.vocab_size)
+    q = np.array(p.q)
+    mapped = np.zeros(t.vocab_size, bool)
+    assert assets.weights.d2t is not None
+    mapped[np.arange(assets.config.draft_vocab_size) + np.array(assets.weights.d2t)] = True
+    assert np.allclose(q.sum(-1), 1.0, atol=1e-4) and not q[:, ~mapped].any()
+    toks = [int(x) for x in p.tokens.tolist()]
+    assert all(mapped[x] and q[i, x] > 0 for i, x in enumerate(toks))
+
+
+def test_sampling_runs_exactly_through_the_loop(pairs):
+    from app.engine.events import SamplingParams
+
+    s = _session(pairs, "speculators")
+    assert s.draft_kind is not None
+    done = _generate(s, s.draft_kind, sampling=SamplingParams(temperature=0.7, seed=3),
+                     max_tokens=20)
+    assert done.timings.fallback is None and len(done.token_ids) == 20
+
+
+# -- pairing ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bad(root, pairs) -> dict[str, Path]:
+    vocab = be.target_vocab(pairs["target"])
+    w = be.weights(vocab, vocab // 2)
+    no_d2t = {k: v for k, v in w.items() if k not in ("d2t", "t2d")}
+
+    def spec(name: str, cfg: dict, weights=w) -> Path:
+        return be.write_folder(root / name, cfg, weights)
+
+    wide = be.speculators_config(vocab, vocab // 2)
+    wide["target_hidden_size"] = 2 * be.HIDDEN
+    return {
+        "hidden": spec("bad-hidden", wide, be.weights(vocab, vocab // 2,
+                                                      target_hidden=2 * be.HIDDEN)),
+        "layers": spec("bad-layers", be.speculators_config(vocab, vocab // 2,
+                                                           layer_ids=(2, 4, 9))),
+        "d2t": spec("no-d2t", be.speculators_config(vocab, vocab // 2), no_d2t),
+        "family": spec("other-family", be.speculators_config(
+            vocab, vocab // 2, verifier_arch="LlamaForCausalLM")),
+    }
+
+
+def test_a_drafter_made_for_the_target_pairs(pairs):
+    from app.checkpoints.pairing import check
+
+    for key in ("original", "speculators"):
+        report = check(pairs["target"], pairs[key])
+        assert report.works, [f.message for f in report.blockers]
+        assert "eagle3.detected" in report.codes()
+
+
+@pytest.mark.parametrize("key,code,words", [
+    ("hidden", "eagle3.hidden_mismatch", "another width"),
+    ("layers", "eagle3.layers_mismatch", "layers this model does not have"),
+    ("d2t", "eagle3.no_d2t", "no table (d2t)"),
+    ("family", "eagle3.other_family", "made for a LlamaForCausalLM model"),
+])
+def test_what_does_not_fit_is_refused_in_one_sentence(pairs, bad, key, code, words):
+    from app.checkpoints.pairing import check
+    from app.engine.session import Session
+    from app.errors import DraftPairError
+
+    report = check(pairs["target"], bad[key])
+    assert not report.works
+    assert [f.code for f in report.blockers] == [code], report.codes()
+    msg = report.blockers[0].message
+    assert words in msg and msg.endswith(".") and msg.count(". ") == 0 and "\n" not in msg
+    s = Session()
+    s.load_target(pairs["target"])
+    with pytest.raises(DraftPairError) as err:
+        s.load_draft(bad[key])
+    text = str(err.value)
+    assert "EAGLE-3" in text and text.endswith(".") and "\n" not in text
+
+
+def test_a_drafter_is_not_a_chat_model(pairs):
+    from app.checkpoints.pairing import check
+    from app.engine.session import Session
+    from app.errors import DraftPairError
+
+    assert "target.is_eagle3" in {f.code for f in check(pairs["speculators"]).blockers}
+    with pytest.raises(DraftPairError, match="EAGLE-3 drafter"):
+        Session().load_target(pairs["original"])

@@ -352,7 +352,8 @@ class Session:
         """Trees where the request asks for them and the drafter has a distribution."""
         if req.trees == "off" or drafter is None:
             return None
-        if req.trees == "flat":
+        if req.trees == "flat":  # drafters that size their own trees (Medusa) price them so too
+            drafter.set_verify_costs({n: tree_build.flat_cost()(n, 0) for n in range(1, 65)})
             return NodeBudget(tree_build.flat_cost())
         cal = self.calibration
         if cal is not None:

@@ -155,3 +155,69 @@ def linear_cost(slope: float) -> Callable[[int, int], float]:
 def flat_cost(nodes: int = 64) -> Callable[[int, int], float]:
     """A verify that costs one step up to ``nodes`` tokens (a GPU's flat region)."""
     return lambda n, _ctx: 1.0 if n <= nodes else n / nodes
+
+
+# -- trees from per-position marginals (DDTree's best-first, Medusa's candidate trees) -------
+
+
+def best_first(top_tokens: list[list[int]], top_probs: list[list[float]],
+               max_nodes: int) -> tuple[list[int], list[int], list[float]]:
+    """The ``max_nodes`` most probable prefixes under independent per-depth distributions
+    (``top_tokens[d]``/``top_probs[d]``: depth ``d``'s candidates, most probable first), as a
+    tree: (tokens, parents, each node's prefix probability). The top-1 chain comes first, so
+    it is the tree's spine; the rest follow in descending probability (parents first)."""
+    import heapq
+
+    depth_n = len(top_tokens)
+    if depth_n == 0 or max_nodes <= 0:
+        return [], [], []
+    # the spine: rank 0 at every depth
+    tokens: list[int] = []
+    parents: list[int] = []
+    values: list[float] = []
+    index: dict[tuple[int, ...], int] = {}
+    v = 1.0
+    for d in range(min(depth_n, max_nodes)):
+        v *= top_probs[d][0]
+        index[(0,) * (d + 1)] = len(tokens)
+        parents.append(len(tokens) - 1)
+        tokens.append(top_tokens[d][0])
+        values.append(v)
+    # then best-first over prefixes: a popped prefix pushes its first child and next sibling
+    heap: list[tuple[float, tuple[int, ...]]] = []
+
+    def push(ranks: tuple[int, ...]) -> None:
+        d = len(ranks) - 1
+        if d >= depth_n or ranks[-1] >= len(top_tokens[d]):
+            return
+        parent_v = values[index[ranks[:-1]]] if d else 1.0
+        heapq.heappush(heap, (-parent_v * top_probs[d][ranks[-1]], ranks))
+
+    for d in range(len(values)):
+        push((0,) * d + (1,))
+    while heap and len(tokens) < max_nodes:
+        neg, ranks = heapq.heappop(heap)
+        if ranks in index or ranks[:-1] not in index:
+            continue
+        index[ranks] = len(tokens)
+        parents.append(index[ranks[:-1]] if len(ranks) > 1 else -1)
+        tokens.append(top_tokens[len(ranks) - 1][ranks[-1]])
+        values.append(-neg)
+        push(ranks + (0,))
+        push(ranks[:-1] + (ranks[-1] + 1,))
+    return tokens, parents, values
+
+
+def best_size(values: Sequence[float], verify_cost: VerifyCost, *, draft_cost: float = 0.0,
+              n_pending: int = 1, at_least: int = 1) -> int:
+    """How many of a best-first tree's nodes to verify: the prefix with the most expected
+    tokens per cost (each node adds its prefix probability to the expected tokens)."""
+    best_n, best_v, total = at_least, -1.0, 1.0
+    for n, v in enumerate(values, start=1):
+        total += v
+        if n < at_least:
+            continue
+        value = total / max(verify_cost(n_pending + n) + draft_cost, 1e-9)
+        if value > best_v:
+            best_n, best_v = n, value
+    return best_n

@@ -27,6 +27,7 @@ BUILTIN: tuple[str, ...] = (
     "app.plugins.mtp",
     "app.plugins.dflash",
     "app.plugins.eagle3",
+    "app.plugins.medusa",
 )
 
 _lock = threading.RLock()

@@ -258,10 +258,6 @@ def resolve_draft(config: BenchConfig) -> str | None:
     return str(path) if path is not None else None
 
 
-# drafters whose proposals come with a distribution to grow trees from
-TREE_KINDS = ("full-model", "mtp", "dflash")
-
-
 def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition], dict[str, str]]:
     """The conditions to measure, and the kinds left out with the reason."""
     available = session.available_kinds()
@@ -284,7 +280,7 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
         width = int(config.widths.get(kind, plugin.default_width))
         conditions.append(Condition(kind, "draftpair", kind, width,
                                     lookup_assist=config.lookup_assist))
-        if kind in TREE_KINDS:
+        if kinds.get(kind).grows_trees:
             conditions.extend(Condition(f"{kind} trees {mode}", "draftpair", kind, width,
                                         lookup_assist=config.lookup_assist, trees=mode)
                               for mode in config.trees if mode != "off")

@@ -116,7 +116,6 @@ def make(ctx: DrafterContext) -> MedusaDrafter:
 
 
 class MedusaDrafter(Drafter):
-    kind = "medusa"
     taps = TapRequest(final_postnorm=True)
     block = True  # every head reads one state: a round costs one pass of the heads
     adaptive_width = False  # the tree's size is chosen here, from the verify costs

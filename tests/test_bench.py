@@ -184,12 +184,18 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     assert all(p.exists() for p in paths.values())
 
     names = [c.name for c in report.conditions]
-    assert names == ["off", "prompt-lookup", "full-model", "mlx-lm plain", "mlx-lm speculative"]
+    assert names == ["off", "auto", "prompt-lookup", "suffix", "full-model", "mlx-lm plain",
+                     "mlx-lm speculative"]
     data = json.loads(paths["json"].read_text())
     runs = data["runs"]
     assert len(runs) == 2 * len(names) and not any(r["error"] for r in runs)
     # ABBA: the second repeat runs the conditions in reverse order (app.bench.measure.plan)
     assert [r["condition"] for r in runs] == names + names[::-1]
+    # auto's row says which sources it used, summed over its runs, and the report shows it
+    auto_row = next(r for r in data["summary"]["rows"] if r["condition"] == "auto")
+    steps = sum(r["timings"]["verify_passes"] for r in runs if r["condition"] == "auto")
+    assert sum(v["rounds"] for v in auto_row["sources"].values()) == steps
+    assert "## What auto speculation chose" in paths["md"].read_text()
 
     with paths["csv"].open() as fh:
         rows = list(csv.DictReader(fh))

@@ -12,8 +12,9 @@ A few literals spell the same word with another meaning; each is listed below wi
 meaning and how many times it occurs in its file, so a new use of the word in those files
 fails too, and a listed one that is gone makes the list stale (and fails) as well. "none" is
 covered like the other names: where it means the kind the code says ``kinds.OFF``; the listed
-ones are an acceptance rule, a rewind method, a tokenizer source, an OpenAI field value and an
-MLX argument and OpenAI's fill-in-the-middle field, which no registry could name for them.
+ones are an acceptance rule, a rewind method, a tokenizer source, an OpenAI field value, a
+precision, the width boxes' word for no fixed width, an MLX argument and OpenAI's
+fill-in-the-middle field, which no registry could name for them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ OWNERS = (APP / "kinds", APP / "plugins")
 
 OTHER_MEANINGS: dict[tuple[str, str], tuple[int, str]] = {
     ("checkpoints/inspect.py", "dflash"): (1, "what a checkpoint folder is (KIND_DFLASH)"),
+    ("checkpoints/dflash2_config.py", "dflash2"): (1, "a drafter folder's model_type"),
+    ("checkpoints/dspark_config.py", "dspark"): (1, "a drafter folder's model_type"),
     ("checkpoints/eagle3_config.py", "eagle3"): (1, "how a drafter folder's config spells "
                                                    "the EAGLE-3 algorithm"),
     ("checkpoints/mtp_source.py", "mtp"): (1, "the head's sub-folder name"),
@@ -39,6 +42,11 @@ OTHER_MEANINGS: dict[tuple[str, str], tuple[int, str]] = {
     ("demo/mtp_export.py", "mtp"): (1, "a work sub-folder"),
     ("demo/mtp_train.py", "mtp"): (1, "a work sub-folder"),
     ("engine/drafters/mtp_load.py", "mtp"): (2, "the head's sub-folder name"),
+    ("engine/models.py", "auto"): (3, "the precision chosen from the weights and backend"),
+    ("engine/session.py", "auto"): (1, "the precision chosen from the weights and backend"),
+    ("server/engine_thread.py", "auto"): (1, "the precision chosen from the weights and backend"),
+    ("ui/chat_toolbar.py", "auto"): (1, "the width box's word for no fixed width"),
+    ("ui/compare_view.py", "auto"): (1, "the width box's word for no fixed width"),
     ("engine/events.py", "none"): (1, "the acceptance rule of plain decoding (RULE_NONE)"),
     ("engine/rollback.py", "none"): (1, "a rewind method"),
     ("server/protocol.py", "none"): (1, "an OpenAI tool_choice value"),

@@ -94,7 +94,8 @@ def test_models_lists_the_loaded_pair(client, server):
     models = client.models.list().data
     assert [m.id for m in models] == [_model(server)]
     card = models[0].model_extra["draftpair"]
-    assert card["default_kind"] == "full-model" and card["draft"] == "tiny-draft"
+    # auto speculation is the default wherever the pair has a drafter (it uses the draft too)
+    assert card["default_kind"] == "auto" and card["draft"] == "tiny-draft"
     assert card["draft_kinds"]["prompt-lookup"] and not card["draft_kinds"]["mtp"]
     assert client.models.retrieve(_model(server)).id == _model(server)
 

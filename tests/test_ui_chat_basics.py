@@ -43,7 +43,7 @@ def test_a_long_stats_line_never_makes_the_window_wider_than_the_screen(qtbot, w
     msg = chat.store.messages(chat.conv_id)[-1]
     chat.store.update_message(msg.id, content=msg.content, segments=msg.segments,
                               status=msg.status, stats=dict(msg.stats, line=LONG_LINE))
-    chat.render()
+    chat.refresh_transcript()
     chat.state_label.setText(LONG_LINE)
     window.status_model.setText("Target " + "/very/long/path" * 30)
     QApplication.processEvents()

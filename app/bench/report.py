@@ -10,6 +10,7 @@ from typing import Any
 
 from app.bench.records import BenchReport
 from app.fileio import atomic_write_bytes
+from app.kinds.shares import detail_line, shares_line
 
 CSV_TIMINGS = (
     "prompt_n", "cache_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
@@ -135,6 +136,16 @@ def markdown(report: BenchReport) -> str:
                 f"{_f(r['prompt_per_second'], '.0f', missing=na)} | {_f(r['ttft_ms'], '.0f')} | "
                 f"{_identity(r['identity_vs_off']) if temp == 0 else '-'} |"
             )
+        lines.append("")
+    mixed = [r for r in s["rows"] if r.get("sources")]
+    if mixed:
+        lines += ["## What auto speculation chose", "",
+                  "Share of the steps each source took (rounds of its proposals, or plain "
+                  "steps), and its accepted/drafted tokens, summed over the runs.", "",
+                  "| task | T | shares | per source |", "|---|---:|---|---|"]
+        for r in mixed:
+            lines.append(f"| {r['task_id']} | {r['temperature']:g} | "
+                         f"{shares_line(r['sources'])} | {detail_line(r['sources'])} |")
         lines.append("")
     if s.get("peer_rows"):
         lines += ["## DraftPair vs mlx-lm (same pair, prompts and width)", "",

@@ -241,7 +241,9 @@ def _load_session(config: BenchConfig) -> Any:
     session.load_target(config.model)
     draft = resolve_draft(config)
     wanted = config.kinds if config.kinds is not None else draft_kinds()
-    wants_draft = any(kinds.get(k).needs_draft_folder for k in wanted if k in kinds.names())
+    # (a kind that combines the others, auto, uses the draft folder too)
+    wants_draft = any(kinds.get(k).needs_draft_folder or kinds.get(k).combines
+                      for k in wanted if k in kinds.names())
     if draft is not None and wants_draft:
         session.load_draft(draft)
     return session

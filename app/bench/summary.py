@@ -72,6 +72,17 @@ def compare(on: Sequence[RunRecord], off: Sequence[RunRecord]) -> dict[str, Any]
             "matched_ratios": [round(x, 4) for x in matched]}
 
 
+def _sources(runs: list[RunRecord]) -> dict[str, dict[str, int]]:
+    """Per source, summed over the runs: what auto speculation chose ({} for other kinds)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in runs:
+        for name, counts in (r.timings.get("sources") or {}).items():
+            row = out.setdefault(name, {})
+            for key, n in counts.items():
+                row[key] = row.get(key, 0) + int(n)
+    return out
+
+
 def summarize(report: BenchReport) -> dict[str, Any]:
     runs = report.measured()
     cells = _cells(runs)
@@ -102,6 +113,7 @@ def summarize(report: BenchReport) -> dict[str, Any]:
                 "flagged_runs": sum(r.flagged for r in mine),
                 "finish_reasons": sorted({r.finish_reason for r in mine}),
                 "identity_vs_off": None,
+                "sources": _sources(mine),  # auto: per source rounds / drafted / accepted
             }
             row.update(compare(mine, off) if name != OFF else
                        {"speedup": 1.0, "verdict": "baseline", "runs": len(mine),

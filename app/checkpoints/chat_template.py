@@ -124,7 +124,8 @@ def _make_environment() -> Any:
             super().__init__(trim_blocks=True, lstrip_blocks=True,
                              extensions=[Generation, jinja2.ext.loopcontrols],
                              finalize=self._finalize)
-            self.concat = self._concat  # blocks, macros and the whole output
+            # jinja2 joins blocks, macros and the whole output through this attribute
+            self.concat = self._concat  # type: ignore[method-assign]
 
         @staticmethod
         def _finalize(value: Any) -> Any:

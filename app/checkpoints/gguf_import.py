@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.checkpoints.gguf_arch import fix_tensor
 from app.checkpoints.gguf_header import GGUFHeaderError, split_files
@@ -231,12 +231,12 @@ def convert_gguf(
             else ("bfloat16" if half == mx.bfloat16 else "float16")
         )
         if precision == "4bit":
-            q: dict = {"group_size": GROUP_SIZE, "bits": 4, "mode": "affine"}
+            quant: dict[str, Any] = {"group_size": GROUP_SIZE, "bits": 4, "mode": "affine"}
             for n, b in bits.items():
                 if b and b != 4:  # per-layer override, as mlx-lm's mixed quantization writes it
-                    q[plan.to_mlx[n].rsplit(".", 1)[0]] = {"group_size": GROUP_SIZE, "bits": b}
-            config["quantization"] = q
-            config["quantization_config"] = q
+                    quant[plan.to_mlx[n].rsplit(".", 1)[0]] = {"group_size": GROUP_SIZE, "bits": b}
+            config["quantization"] = quant
+            config["quantization_config"] = quant
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         gen = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
         (tmp / "generation_config.json").write_text(json.dumps(gen) + "\n")

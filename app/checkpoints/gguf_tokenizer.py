@@ -84,7 +84,9 @@ def _byte_level(meta: dict):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(
             add_prefix_space=False, trim_offsets=True, use_regex=True
         )
-    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    # the stub lists no arguments; the decoder takes them and writes them to tokenizer.json
+    tok.decoder = decoders.ByteLevel(  # type: ignore[call-arg]
+        add_prefix_space=True, trim_offsets=True, use_regex=True)
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     specials = [tokens[i] for i, t in enumerate(types) if t == CONTROL]
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
@@ -138,10 +140,10 @@ def _add_bos_eos(tok, meta: dict, bos: str | None, eos: str | None, byte_level: 
     }
     head = f"{bos}:0 " if bos else ""
     tail = f" {eos}:0" if eos else ""
-    template = processors.TemplateProcessing(
+    template: processors.PostProcessor = processors.TemplateProcessing(
         single=f"{head}$A:0{tail}",
         pair=f"{head}$A:0{tail} {head.replace(':0', ':1')}$B:1{tail.replace(':0', ':1')}",
-        special_tokens=[(t, int(i)) for t, i in ids.items() if t is not None],
+        special_tokens=[(t, int(i)) for t, i in ids.items() if t is not None and i is not None],
     )
     if byte_level:
         template = processors.Sequence([processors.ByteLevel(trim_offsets=False), template])

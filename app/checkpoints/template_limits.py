@@ -203,7 +203,8 @@ def method_size(obj: Any, args: tuple, kwargs: dict) -> int | None:
         return len(owner) + count * max(len(new) - len(old), 0)
     if name == "expandtabs":
         width = int(args[0]) if args and isinstance(args[0], int) else 8
-        return len(owner) + owner.count("\t" if isinstance(owner, str) else b"\t") * width
+        tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
+        return len(owner) + tabs * width
     if name == "translate" and args and isinstance(args[0], dict):
         longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
         return len(owner) * max(longest, 1)

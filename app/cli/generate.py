@@ -212,6 +212,13 @@ def _summary(session: Session, done, args: argparse.Namespace) -> None:
         print(f"[{t.draft_kind}] prompt lookup copied from the context in "
               f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
               f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)
+    if t.sources:
+        from app.kinds.shares import detail_line, shares_line
+
+        print(f"[{t.draft_kind}] {shares_line(t.sources)} ({detail_line(t.sources)})",
+              file=sys.stderr)
+    for name, why in t.sources_left_out.items():
+        print(f"[{t.draft_kind}] left out {kinds.label(name)}: {why}", file=sys.stderr)
     drafter = _drafter_line(session, t.draft_kind)
     if drafter:
         print(f"[{t.draft_kind}] drafter: {drafter}", file=sys.stderr)

@@ -66,7 +66,8 @@ class RoundLoop:
         self.output: list[int] = []
         self.finish_reason: str | None = None
         self.stats = LoopStats(kind=source.kind, width=source.width, rule=source.rule,
-                               fallback=fallback, reused=self.lease.cache_n)
+                               fallback=fallback, reused=self.lease.cache_n,
+                               members=source.members_named)
         self.step = TargetStep(target=target, cache=self.lease.cache, sampling=request.sampling,
                                taps=union(source.taps, self.lease.taps),
                                queued=source.drafter is None, history=source.width)
@@ -197,7 +198,7 @@ class RoundLoop:
                         emitted=len(emitted), width=pick.width, copied=pick.copied,
                         times=step.times, extra_draft_ms=obs_ms,
                         t_ms=(time.perf_counter() - t_prefill) * 1e3,
-                        total_tokens=len(self.output),
+                        total_tokens=len(self.output), source=pick.source,
                         tree_nodes=pick.proposal.k if tree else 0)
                     yield RoundEvent(rec)
                 if mem.due():

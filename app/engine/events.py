@@ -122,6 +122,7 @@ class RoundRecord:
     t_ms: float  # time since decoding started, at the end of this round
     total_tokens: int  # output tokens so far
     copied: bool = False  # prompt lookup's copy from the context, beside a model drafter
+    source: str = ""  # the kind that proposed it, when several take turns (auto)
     # a tree round: its node count (0: a chain); ``proposed`` is then the drafter's chain in
     # it and ``accepted`` how deep the accepted path went
     tree_nodes: int = 0
@@ -186,6 +187,10 @@ class Timings:
     acceptance_rule: str = RULE_NONE
     fallback: str | None = None  # why speculation did not run, if it did not
     exact: bool = True  # False only for a labelled lossy mode
+    # auto: per source (a kind's name) {"rounds", "drafted", "accepted"}, and "plain":
+    # {"rounds": plain steps}; sources it loaded appear with zero rounds
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)
+    sources_left_out: dict[str, str] = field(default_factory=dict)  # auto: kind -> why
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

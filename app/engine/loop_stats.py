@@ -41,6 +41,7 @@ class LoopStats:
     verify_ms: float = 0.0
     rollback_ms: float = 0.0
     eos_emitted: bool = False  # the end-of-text token was produced by a pass too
+    members: tuple[str, ...] = ()  # sources that take turns (auto): counted per source
 
     def passed(self, times: StepTimes | None = None) -> None:
         """One target pass (a plain step or a round's verify)."""
@@ -52,7 +53,7 @@ class LoopStats:
 
     def round(self, *, proposed: int, accepted: int, emitted: int, width: int, copied: bool,
               times: StepTimes, extra_draft_ms: float, t_ms: float,
-              total_tokens: int, tree_nodes: int = 0) -> RoundRecord:
+              total_tokens: int, source: str = "", tree_nodes: int = 0) -> RoundRecord:
         self.draft_n += proposed
         self.draft_acc += accepted
         rec = RoundRecord(
@@ -68,6 +69,7 @@ class LoopStats:
             rollback_ms=times.rollback,
             t_ms=t_ms,
             total_tokens=total_tokens,
+            source=source,
             tree_nodes=tree_nodes,
         )
         self.rounds.append(rec)
@@ -106,4 +108,19 @@ class LoopStats:
             draft_width=self.width,
             acceptance_rule=self.rule,
             fallback=self.fallback,
+            sources=self.per_source(),
         )
+
+    def per_source(self) -> dict[str, dict[str, int]]:
+        """Rounds, drafted and accepted tokens of each source, and the plain steps (only
+        when several sources take turns)."""
+        if not self.members:
+            return {}
+        out = {name: {"rounds": 0, "drafted": 0, "accepted": 0} for name in self.members}
+        for r in self.rounds:
+            row = out.setdefault(r.source, {"rounds": 0, "drafted": 0, "accepted": 0})
+            row["rounds"] += 1
+            row["drafted"] += r.proposed
+            row["accepted"] += r.accepted
+        out["plain"] = {"rounds": self.verify_passes - len(self.rounds)}
+        return out

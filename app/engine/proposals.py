@@ -36,6 +36,7 @@ class Pick:
     rule: str
     copied: bool  # prompt lookup's copy beside the drafter
     width: int  # the width the round was sized at
+    source: str = ""  # which of several sources proposed it (the auto kind's members)
 
 
 class ProposalSource:
@@ -56,6 +57,11 @@ class ProposalSource:
     @property
     def kind(self) -> str:
         return self.drafter.kind if self.drafter is not None else OFF
+
+    @property
+    def members_named(self) -> tuple[str, ...]:
+        """The sources counted one by one in timings (several take turns: auto)."""
+        return ()
 
     @property
     def taps(self) -> TapRequest | None:

@@ -28,8 +28,9 @@ import mlx.core as mx
 from app import kinds
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
+from app.engine import auto_build, proposals, rollback, tree_build
 from app.engine import context as limits
-from app.engine import proposals, rollback, tree_build
+from app.engine.auto_policy import Memory
 from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
 from app.engine.calibration_measure import (
     BUDGET_S,
@@ -92,6 +93,7 @@ class Session:
         self.calibration: Calibration | None = None  # the loaded target's, once read/measured
         self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
+        self.auto_memory = Memory()  # what auto speculation learnt, per chat
         self.replies = SuffixMemory(reply_memory_bytes)  # earlier replies, per reply_scope
 
     # -- loading ----------------------------------------------------------------------
@@ -181,6 +183,8 @@ class Session:
             return "no target model is loaded"
         if not plugin.proposes:
             return None
+        if plugin.combines:
+            return auto_build.unavailable(self, request)
         try:
             return plugin.unavailable(ctx)
         except ModuleNotFoundError:
@@ -194,8 +198,8 @@ class Session:
         """A fresh drafter for the request's kind (None when it proposes nothing), loading
         and holding the kind's assets first when it has none yet."""
         plugin = kinds.get(request.draft_kind)
-        if not plugin.proposes or self.target is None:
-            return None
+        if not plugin.proposes or plugin.combines or self.target is None:
+            return None  # (a combining kind's drafters are its members': auto_build)
         if self.assets.get(plugin.name) is None:
             ctx = self.context(request, plugin.name)
             assert ctx is not None
@@ -319,22 +323,32 @@ class Session:
             fallback = f"{kind} unavailable: {reason}"
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
             kind, plugin = kinds.OFF, kinds.get(kinds.OFF)
-        drafter = self.make_drafter(req) if plugin.proposes else None
-        width = width if drafter is not None else 0
-        verify_slope = None
-        warmup_ms = 0.0
-        if drafter is not None:
-            costs = yield from self._warmup(kind, drafter, width, context=len(prompt),
-                                            cancel=cancel)
-            warmup_ms = self.last_warmup_s * 1e3
-            drafter.step_cost = costs["draft_cost"]
-            verify_slope = costs["verify_slope"]
-        rule = (choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
-                if plugin.proposes else RULE_NONE)
-        source = proposals.for_drafter(drafter, rule=rule, width=width,
-                                       lookup=req.lookup_assist, policy=self.width_policy,
-                                       verify_slope=verify_slope,
-                                       budget=self._node_budget(req, drafter, verify_slope))
+        left_out: dict[str, str] = {}
+        if plugin.combines:  # every drafter that can run, one chosen per round
+            built = yield from auto_build.build(self, kind, req, prompt, cancel)
+            source: proposals.ProposalSource = (
+                built.source if built.source is not None else proposals.for_drafter(
+                    None, rule=RULE_NONE, width=0))
+            drafter: Drafter | None = built.source.fleet if built.source is not None else None
+            width, warmup_ms, left_out = source.width, built.warmup_s * 1e3, built.left_out
+        else:
+            drafter = self.make_drafter(req) if plugin.proposes else None
+            width = width if drafter is not None else 0
+            verify_slope = None
+            warmup_ms = 0.0
+            if drafter is not None:
+                costs = yield from self._warmup(kind, drafter, width, context=len(prompt),
+                                                cancel=cancel)
+                warmup_ms = self.last_warmup_s * 1e3
+                drafter.step_cost = costs["draft_cost"]
+                verify_slope = costs["verify_slope"]
+            rule = (choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
+                    if plugin.proposes else RULE_NONE)
+            source = proposals.for_drafter(drafter, rule=rule, width=width,
+                                           lookup=req.lookup_assist, policy=self.width_policy,
+                                           verify_slope=verify_slope,
+                                           budget=self._node_budget(req, drafter,
+                                                                    verify_slope))
         fresh = make_cache(self.target)
         lease = (ConversationLease(self.prompt_cache, self.target, prompt, fresh, drafter, width,
                                    req.conversation, keep_taps=self._keep_taps(req))
@@ -342,9 +356,9 @@ class Session:
         loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
                          cancel=cancel, lease=lease, fallback=fallback, context=limit)
         for ev in loop.run():
-            if isinstance(ev, DoneEvent) and warmup_ms:
-                ev = dataclasses.replace(
-                    ev, timings=dataclasses.replace(ev.timings, warmup_ms=round(warmup_ms, 1)))
+            if isinstance(ev, DoneEvent) and (warmup_ms or left_out):
+                ev = dataclasses.replace(ev, timings=dataclasses.replace(
+                    ev.timings, warmup_ms=round(warmup_ms, 1), sources_left_out=left_out))
             yield ev
 
     def _node_budget(self, req: GenerationRequest, drafter: Drafter | None,

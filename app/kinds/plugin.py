@@ -41,6 +41,8 @@ class KindPlugin:
     default_width: int = 4  # proposals per round when the request does not say
     proposes: bool = True  # False only for the kind that turns speculation off
     default_choice: bool = False  # the one the app starts with (needs nothing, suits all)
+    combines: bool = False  # runs the other kinds' drafters itself, one per round (auto)
+    share_word: str = ""  # its short name in auto's shares ("MTP head 58% of rounds")
     needs_draft_folder: bool = False  # runs a separate checkpoint folder (the "draft")
     folder_fallback: bool = False  # takes any draft folder no other kind recognises
     needs_taps: bool = False  # reads the target's hidden states from the verify pass

@@ -21,11 +21,14 @@ OFF = "none"  # the kind that turns speculation off: the default of every reques
 
 BUILTIN: tuple[str, ...] = (
     "app.plugins.off",
+    "app.plugins.auto",
     "app.plugins.prompt_lookup",
     "app.plugins.suffix",
     "app.plugins.full_model",
     "app.plugins.mtp",
     "app.plugins.dflash",
+    "app.plugins.dflash2",
+    "app.plugins.dspark",
     "app.plugins.eagle3",
     "app.plugins.medusa",
 )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.checkpoints.dflash2_config import is_dflash2
+from app.checkpoints.dspark_config import is_dspark
 from app.checkpoints.inspect import dflash_config
 from app.checkpoints.pairing.dflash import dflash_findings
 from app.kinds import KindPlugin
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 class DFlash(KindPlugin):
     name = "dflash"
     label = "Block drafter (DFlash)"
+    share_word = "DFlash"
     explanation = ("A small drafter made for this model guesses a whole block of tokens "
                    "in one step, reading the model's own state.")
     technical = "DFlash"
@@ -34,7 +37,8 @@ class DFlash(KindPlugin):
     suggest_bonus = 5.0  # a drafter made for the target tends to pay best
 
     def recognises(self, config: dict[str, Any]) -> bool:
-        return isinstance(config, dict) and dflash_config(config) is not None
+        return (isinstance(config, dict) and dflash_config(config) is not None
+                and not is_dflash2(config) and not is_dspark(config))  # their own kinds
 
     def engine_module(self) -> str | None:
         return "app.engine.drafters.dflash"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 class Eagle3(KindPlugin):
     name = "eagle3"
     label = "Layer-reading drafter (EAGLE-3)"
+    share_word = "EAGLE-3"
     explanation = ("A small drafter made for this model reads three of its layers and "
                    "guesses the next few tokens.")
     technical = "EAGLE-3"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 class FullModel(KindPlugin):
     name = "full-model"
     label = "Draft model"
+    share_word = "draft model"
     explanation = ("A small model with the same vocabulary guesses a few tokens; the "
                    "large one checks them all at once.")
     technical = "full-model draft (a small causal LM with its own KV cache)"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 class MTP(KindPlugin):
     name = "mtp"
     label = "Built-in predictor (MTP)"
+    share_word = "MTP head"
     explanation = ("An extra layer trained with the model predicts the tokens after the "
                    "next one; no separate draft model.")
     technical = "MTP"

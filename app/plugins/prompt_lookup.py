@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 class PromptLookup(KindPlugin):
     name = "prompt-lookup"
     label = "Prompt lookup"
+    share_word = "copies"
     explanation = ("Guesses the next words by copying what followed the same words "
                    "earlier in the chat; best when the reply repeats the text.")
     technical = "prompt lookup (n-gram match of the last tokens against prompt + output)"
     default_width = 7
-    default_choice = True  # needs no model and suits every target
     aliases = ("prompt_lookup", "ngram", "lookup")
     bench_goals = (("rewrite", "prompt lookup on rewrite tasks vs plain", "off", ("rewrite",), 4.0),
                    ("prose", "prompt lookup on prose vs plain", "off", ("prose",), 0.98))

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 class Suffix(KindPlugin):
     name = "suffix"
     label = "Earlier replies"
+    share_word = "earlier replies"
     explanation = ("Guesses the next words from what followed the same words in this chat "
                    "and in its earlier replies; best for repeated shapes: edited files, "
                    "tool calls, lists.")

@@ -300,10 +300,12 @@ class EngineThread:
         target = session.load_target(self.model)
         if self.draft:
             session.load_draft(self.draft)
-        from app.kinds import OFF
+        from app.kinds import OFF, default_choice
 
         kinds = dict(session.available_kinds())
-        default = self.default_kind or session.draft_kind or OFF  # the loaded draft's kind
+        choice = default_choice()  # auto speculation, wherever the pair can run it
+        default = (self.default_kind or (choice if kinds.get(choice, "") is None else None)
+                   or session.draft_kind or OFF)
         reason = kinds.get(default)
         if reason:
             raise DraftPairError(f"Speculation ({default}) cannot run: {reason.rstrip('.')}.")

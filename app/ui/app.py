@@ -57,6 +57,7 @@ def build_window(*, theme: str | None = None, autoload: bool = True, data_dir: P
         settings.theme = theme
     chat_store = ChatStore(data_dir / "conversations.sqlite3" if data_dir else None)
     app = QApplication.instance()
+    assert isinstance(app, QApplication), "the window needs the QApplication made first"
     apply_palette(app, colors_for(settings.theme))
     ctx = AppContext(settings_store, settings, chat_store, autoload=autoload)
     return MainWindow(ctx)
@@ -77,7 +78,7 @@ def _smoke(window, prompt: str, timeout_s: float) -> None:
         state["code"] = code
         print("SMOKE-RESULT " + json.dumps(payload), flush=True)
         window.close()
-        QApplication.instance().exit(code)
+        QApplication.exit(code)
 
     def on_state(s) -> None:
         if s.target and window.chat.job is None and not getattr(window, "_smoke_sent", False):
@@ -150,7 +151,8 @@ def main(
         sys.stderr.write(f"draftpair: warning: {binding_warning}\n")
     QCoreApplication.setOrganizationName("DraftPair")
     QCoreApplication.setApplicationName("DraftPair")
-    app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
+    running = QApplication.instance()
+    app = running if isinstance(running, QApplication) else QApplication(list(argv or sys.argv[:1]))
     icon = app_icon_path()
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))

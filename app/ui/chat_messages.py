@@ -80,7 +80,7 @@ class MessageActions:
         v.input.setPlainText(self._draft)
         self._draft = ""
         v.input_area.show_edit(None)
-        v.render()
+        v.refresh_transcript()
         msgs = v._messages()
         if m.role == "user" and m.status == "refused" and msgs and msgs[-1].id == m.id:
             v.reply.start(m.id)  # the refused message, shortened: try it now
@@ -101,7 +101,7 @@ class MessageActions:
             v.store.delete_message(d)
         if self.editing is not None and self.editing.id in doomed:
             self.cancel_edit()
-        v.render()
+        v.refresh_transcript()
         v._update_buttons()
 
     def regenerate(self, msg_id: int) -> None:
@@ -114,7 +114,7 @@ class MessageActions:
         for m in msgs[i:]:
             v.store.delete_message(m.id)
         asked = [m for m in msgs[:i] if m.role == "user" and m.status != "refused"]
-        v.render()
+        v.refresh_transcript()
         if asked and v.send_btn.isEnabled():
             v.reply.start(asked[-1].id)
         v._update_buttons()
@@ -128,7 +128,7 @@ class MessageActions:
         v.store.delete_message(m.id)
         assert v.conv_id is not None
         new_id = v.store.add_message(v.conv_id, "user", m.content)
-        v.render()
+        v.refresh_transcript()
         v.reply.start(new_id)
 
 

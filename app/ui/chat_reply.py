@@ -166,7 +166,7 @@ class ReplyStream:
                 v.store.update_message(msg.id, content=msg.content, segments=msg.segments,
                                        status="refused", stats={"error": error})
         if v.conv_id == self.conv:
-            v.render()
+            v.refresh_transcript()
         v.state_label.setText("Not sent: " + error)
 
     def shutdown(self) -> None:

@@ -70,6 +70,13 @@ class _Done:
         self.lastrowid = lastrowid
 
 
+def _row_id(cur: sqlite3.Cursor | _Done) -> int:
+    """The id of the row an INSERT just wrote."""
+    if cur.lastrowid is None:
+        raise sqlite3.OperationalError("the insert wrote no row")
+    return int(cur.lastrowid)
+
+
 def default_db_path() -> Path:
     from app.resources import user_data_dir
 
@@ -249,7 +256,7 @@ class ChatStore:
             self.on_saving(None)
         return True
 
-    def _write(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+    def _write(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor | _Done:
         """One write; a write the disk refuses moves the chats into memory (never lost)."""
         try:
             cur = self.db.execute(sql, params)
@@ -295,7 +302,7 @@ class ChatStore:
             "INSERT INTO conversations(title, system_prompt, created, updated) VALUES (?,?,?,?)",
             (title, system_prompt, now, now),
         )
-        return int(cur.lastrowid)
+        return _row_id(cur)
 
     def conversation(self, conv_id: int) -> Conversation | None:
         row = self.db.execute(
@@ -346,7 +353,7 @@ class ChatStore:
             ),
         )
         self._touch(conv_id)
-        return int(cur.lastrowid)
+        return _row_id(cur)
 
     def update_message(
         self,

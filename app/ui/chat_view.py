@@ -211,7 +211,7 @@ class ChatView(View):
         self.transcript.colors = c
         self.panels.apply_colors(c)
         if self.job is None:
-            self.render()
+            self.refresh_transcript()
 
     # -- engine state -------------------------------------------------------------------------
     def on_model_state(self, state: ModelState) -> None:
@@ -287,7 +287,7 @@ class ChatView(View):
         self.panels.clear()
         replies = [m for m in msgs if m.role == "assistant" and m.stats.get("line")]
         self.state_label.setText(replies[-1].stats["line"] if replies else "")
-        self.render()
+        self.refresh_transcript()
         self._update_buttons()
 
     def export_markdown(self, path: str | None = None) -> str | None:
@@ -313,7 +313,7 @@ class ChatView(View):
         return path
 
     # -- rendering -----------------------------------------------------------------------------
-    def render(self) -> None:
+    def refresh_transcript(self) -> None:
         """Rebuild the transcript from the store (conversation switch, theme, highlighting)."""
         self.transcript.show_messages(self._messages())
 
@@ -322,7 +322,7 @@ class ChatView(View):
         self.transcript.highlight = on
         self.settings_changed.emit()
         if self.job is None:
-            self.render()
+            self.refresh_transcript()
 
     # -- sending ---------------------------------------------------------------------------
     def send(self) -> None:
@@ -358,7 +358,7 @@ class ChatView(View):
             self.store.delete_message(msgs.pop().id)
         if not msgs:
             return
-        self.render()
+        self.refresh_transcript()
         self.reply.start(msgs[-1].id)
 
     def build_request(self):  # -> GenerationRequest

@@ -64,13 +64,14 @@ class FlowLayout(QLayout):
         rows: list[list[tuple[QLayoutItem, QSize]]] = [[]]
         x = 0
         for item in self._items:
-            if item.widget() is not None and item.widget().isHidden():
+            widget = item.widget()
+            if widget is not None and widget.isHidden():
                 continue
             if item.spacerItem() is not None:
                 rows[-1].append((item, QSize(0, 0)))
                 continue
             # the widget's own hint: an elided label (ignored size policy) still wants its text
-            hint = item.widget().sizeHint() if item.widget() is not None else item.sizeHint()
+            hint = widget.sizeHint() if widget is not None else item.sizeHint()
             width = max(min(hint.width(), area.width()), item.minimumSize().width())
             if x and x + width > area.width():
                 rows.append([])

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from app import kinds
+from app.kinds.shares import shares_line
 from app.units import format_bytes, format_params  # noqa: F401 - re-exported for the views
 
 
@@ -66,6 +67,8 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
         "error": done.error,
         # accepted tokens that prompt lookup copied from the context beside the drafter
         "copy_accepted": copied_accepted(done),
+        # auto speculation: per source rounds / drafted / accepted, and the plain steps
+        "sources": dict(getattr(t, "sources", None) or {}),
         # rounds verified as trees of candidates, and how deep their accepted paths went
         "tree_rounds": int(getattr(t, "tree_rounds", 0) or 0),
         "tree_depth_mean": round(float(getattr(t, "tree_depth_mean", 0.0) or 0.0), 2),
@@ -107,6 +110,8 @@ def stats_line(s: dict[str, Any]) -> str:
             parts.append(f"{s['tree_rounds']} rounds as trees, accepted path "
                          f"{s.get('tree_depth_mean', 0):.2f} deep")
     parts.append(KIND_LABELS.get(kind, kind) if not kinds.is_off(kind) else "no speculation")
+    if s.get("sources"):
+        parts[-1] += f" ({shares_line(s['sources'])})"
     parts.append(finish)
     if s.get("exact") is False:
         parts.append("lossy mode")

@@ -187,7 +187,8 @@ class FoundModelsPanel(QWidget):
         f = self.selected()
         busy = self.proc is not None
         plan = self.plans.get(str(f.path)) if f is not None else None
-        refused = isinstance(plan, str) or bool(hasattr(plan, "refusal") and plan.refusal())
+        refused = isinstance(plan, str) or bool(plan is not None and hasattr(plan, "refusal")
+                                                and plan.refusal())
         self.import_btn.setEnabled(bool(f and f.supported and not busy and not refused))
         self.file_btn.setEnabled(not busy)
         if f is not None and f.supported and not busy and not self._imported_as(f):
@@ -277,7 +278,7 @@ class FoundModelsPanel(QWidget):
             self._read_stderr(self.proc)
 
     def _read_stderr(self, proc: QProcess, final: bool = False) -> None:
-        self._stderr_tail += bytes(proc.readAllStandardError()).decode("utf-8", "replace")
+        self._stderr_tail += bytes(proc.readAllStandardError().data()).decode("utf-8", "replace")
         if final:
             self._stderr_tail += "\n"
         *lines, self._stderr_tail = self._stderr_tail.split("\n")
@@ -304,7 +305,7 @@ class FoundModelsPanel(QWidget):
         if proc is None:
             return
         self._read_stderr(proc, final=True)
-        out = bytes(proc.readAllStandardOutput()).decode("utf-8", "replace").strip()
+        out = bytes(proc.readAllStandardOutput().data()).decode("utf-8", "replace").strip()
         proc.deleteLater()
         self._set_busy(False)
         result = None

@@ -75,6 +75,8 @@ class LiveSnapshot:
     prefill: tuple[int, int, float, int] | None = None  # read, to read, tok/s, reused
     context: tuple[int, int | None] = (0, None)  # tokens in the model's context, its length
     prompt_cache_bytes: int = 0  # kept conversation states
+    # auto speculation: the sources of the rounds, by the code in ``rounds``' 4th column
+    sources: tuple[str, ...] = ()
     trees: tuple[int, float] = (0, 0.0)  # rounds verified as trees, their mean path depth
 
 
@@ -88,7 +90,8 @@ class LiveRun:
 
     def __post_init__(self) -> None:
         self.rate = RingBuffer(3)
-        self.rounds = RingBuffer(3)
+        self.rounds = RingBuffer(4)  # + the round's source (its index in _sources, or -1)
+        self._sources: list[str] = []
         self.memory = RingBuffer(5)
         self._text: list[Segment] = []
         self._token_times: deque[float] = deque()
@@ -152,7 +155,8 @@ class LiveRun:
             windowed = len(self._token_times) / RATE_WINDOW_S
             self.rate.append((t, windowed, cumulative))
 
-    def on_round(self, index: int, accepted: int, tree_nodes: int = 0) -> None:
+    def on_round(self, index: int, accepted: int, source: str = "",
+                 tree_nodes: int = 0) -> None:
         """A round's accepted tokens (a tree round: ``tree_nodes`` > 0, ``accepted`` is how
         deep its accepted path went)."""
         with self._lock:
@@ -162,7 +166,12 @@ class LiveRun:
                 self._tree_rounds += 1
                 self._tree_depth_sum += accepted
             n = self.rounds.written + 1
-            self.rounds.append((index, accepted, self._accepted_sum / n))
+            code = -1
+            if source:
+                if source not in self._sources:
+                    self._sources.append(source)
+                code = self._sources.index(source)
+            self.rounds.append((index, accepted, self._accepted_sum / n, code))
 
     def on_memory(
         self,
@@ -226,6 +235,7 @@ class LiveRun:
                 prefill=self._prefill,
                 context=self._context,
                 prompt_cache_bytes=self._cache_bytes,
+                sources=tuple(self._sources),
                 trees=(self._tree_rounds,
                        self._tree_depth_sum / self._tree_rounds if self._tree_rounds else 0.0),
             )

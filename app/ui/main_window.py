@@ -93,6 +93,7 @@ class MainWindow(QMainWindow):
         self.views: dict[str, QWidget] = {
             "Chat": self.chat, "Compare": self.compare, "Models": self.models,
         }
+        self.bench: QWidget | None
         try:
             from app.ui.bench_view import BenchView
 
@@ -185,7 +186,7 @@ class MainWindow(QMainWindow):
         export = file_menu.addAction("Export conversation as Markdown…")
         export.triggered.connect(lambda: self.chat.export_markdown())
         imp = file_menu.addAction("Import model folder…")
-        imp.triggered.connect(lambda: (self.show_view("Models"), self.models.import_folder()))
+        imp.triggered.connect(self._import_model_folder)
         file_menu.addSeparator()
         quit_action = file_menu.addAction("Quit")
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
@@ -306,6 +307,10 @@ class MainWindow(QMainWindow):
 
     def show_view(self, name: str) -> None:
         self.nav.setCurrentRow(list(self.views).index(name))
+
+    def _import_model_folder(self) -> None:
+        self.show_view("Models")
+        self.models.import_folder()
 
     def _on_view_changed(self, row: int) -> None:
         self.stack.setCurrentIndex(row)

@@ -133,7 +133,8 @@ class PairingPanel(QObject):
         self.pair_tree.clear()
         # Store entries carry no tokenizer data (listing stays fast); with info=None the
         # pairing check reads each folder's tokenizer files itself.
-        candidates = [SimpleNamespace(name=e.name, path=e.path, info=None) for e in entries]
+        candidates: list[Any] = [SimpleNamespace(name=e.name, path=e.path, info=None)
+                                 for e in entries]
         context = self.settings.context_length
         target_path = entry.path
 
@@ -180,9 +181,10 @@ class PairingPanel(QObject):
         if keep_key is not None:  # a re-render (theme change) keeps the selection
             for top in (good, opts, bad):
                 for j in range(top.childCount()):
-                    d = top.child(j).data(0, ROLE_ENTRY)
-                    if d and (d[0], d[1].name) == keep_key:
-                        self.pair_tree.setCurrentItem(top.child(j))
+                    child = top.child(j)
+                    d = child.data(0, ROLE_ENTRY) if child is not None else None
+                    if child is not None and d and (d[0], d[1].name) == keep_key:
+                        self.pair_tree.setCurrentItem(child)
         self.pair_hint.setText(
             "Select a draft to see the full check; double-click to load the pair. "
             "Prompt lookup works with any target and needs no draft model."

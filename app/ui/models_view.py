@@ -170,7 +170,7 @@ class ModelsView(View):
 
             entries = store.list()
             budget = memory_budget()
-            fits = {}
+            fits: dict[str, Any] = {}  # name -> MemoryEstimate, None for an odd config
             for e in entries:
                 try:
                     fits[e.name] = estimate_memory(e.info, context=context, budget=budget)

@@ -8,6 +8,7 @@ overlaid (Compare); the timer stops by itself once every run shown is finished.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -15,11 +16,14 @@ from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
+from app.kinds.shares import word
 from app.ui.live import LiveRun, LiveSnapshot
 from app.ui.theme import LIGHT, Colors
 
 FAST_HZ = 12
 LABEL_EVERY = FAST_HZ  # ticks between label updates (~1 Hz)
+# auto speculation's sources, in the order a reply first used them (readable on both themes)
+SOURCE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 
 
 @dataclass
@@ -166,7 +170,8 @@ class LivePanels(QWidget):
             rc.items["sys"] = sys_item
             self._runs.append(rc)
         self._ticks = 0
-        self._y_rate = self._y_acc = None
+        self._y_rate: tuple[float, float] | None = None
+        self._y_acc: tuple[float, float] | None = None
         if self._runs:
             self.refresh(force_labels=True)
             if not keep_timer or self.timer.isActive():
@@ -210,7 +215,8 @@ class LivePanels(QWidget):
             a = snap.rounds
             if len(a):
                 if changed[1]:
-                    rc.items["accepted"].setData(a[:, 0], a[:, 1], skipFiniteCheck=True)
+                    rc.items["accepted"].setData(a[:, 0], a[:, 1], skipFiniteCheck=True,
+                                                 **self._source_brushes(snap, a))
                     rc.items["mean"].setData(a[:, 0], a[:, 2], skipFiniteCheck=True)
                 max_acc = max(max_acc, float(np.max(a[:, 1])))
             elif changed[1]:
@@ -235,6 +241,21 @@ class LivePanels(QWidget):
             self._update_labels()
         if all_done and self.timer.isActive():
             self.timer.stop()
+
+    def _source_brushes(self, snap: Any, a: np.ndarray) -> dict[str, Any]:
+        """Auto speculation's rounds, one colour per source (and the legend in the title)."""
+        if not snap.sources or a.shape[1] < 4:
+            return {}
+        palette = SOURCE_COLORS
+        brushes = [pg.mkBrush(palette[int(c) % len(palette)] if c >= 0 else "#888888")
+                   for c in a[:, 3]]
+        if snap.sources != getattr(self, "_legend", None):
+            self._legend = snap.sources
+            legend = " · ".join(f"<span style='color:{palette[i % len(palette)]}'>{word(n)}"
+                                f"</span>" for i, n in enumerate(snap.sources))
+            self.accept_plot.setTitle(f"Accepted per round: {legend}", color=self.colors.text,
+                                      size="10pt")
+        return {"symbolBrush": brushes}
 
     def _update_labels(self) -> None:
         rate, acc, mem = [], [], []

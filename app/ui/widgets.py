@@ -50,8 +50,7 @@ class Banner(QFrame):
         row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         # keep at most 3 messages on screen
         while self._layout.count() >= 3:
-            old = self._layout.itemAt(0).widget()
-            self._remove(old)
+            self._remove_first()
         self._layout.addWidget(box)
         self.show()
         if timeout_ms:
@@ -65,9 +64,17 @@ class Banner(QFrame):
         if self._layout.count() == 0:
             self.hide()
 
+    def _remove_first(self) -> None:
+        item = self._layout.itemAt(0)
+        widget = item.widget() if item is not None else None
+        if widget is None:  # not one of our message boxes: drop the item itself
+            self._layout.takeAt(0)
+            return
+        self._remove(widget)
+
     def clear(self) -> None:
         while self._layout.count():
-            self._remove(self._layout.itemAt(0).widget())
+            self._remove_first()
 
     def dismiss(self, box: QWidget) -> None:
         """Take one message away (nothing happens when it is already gone)."""
@@ -133,7 +140,7 @@ def _explain(kind: str) -> str:
     return plugin.explanation if plugin is not None else ""
 
 
-def add_shortcut(parent: QWidget, key: object, slot: Callable[[], object]) -> None:
+def add_shortcut(parent: QWidget, key: str | Qt.Key, slot: Callable[[], object]) -> None:
     """A shortcut active while focus is anywhere inside ``parent``."""
     from PySide6.QtGui import QKeySequence, QShortcut
 

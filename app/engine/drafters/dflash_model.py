@@ -227,15 +227,28 @@ class Layer(nn.Module):
         self.input_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
 
+    # the drafting pass's steps around attention and the MLP (DFlash 2 wraps them)
+    def attention_input(self, h: mx.array) -> tuple[mx.array, Any]:
+        return self.input_layernorm(h), None
+
+    def attention_output(self, o: mx.array, state: Any) -> mx.array:
+        return o
+
+    def mlp_step(self, h: mx.array) -> mx.array:
+        out: mx.array = self.mlp(self.post_attention_layernorm(h))
+        return out
+
 
 class DFlashModel(nn.Module):
+    layer_class: type[Layer] = Layer
+
     def __init__(self, config: DFlashConfig):
         super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
         self.config = config
         h = config.hidden_size
         self.fc = nn.Linear(len(config.target_layer_ids) * h, h, bias=False)
         self.hidden_norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
-        self.layers = [Layer(config) for _ in range(config.num_hidden_layers)]
+        self.layers = [self.layer_class(config) for _ in range(config.num_hidden_layers)]
         self.norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
         from mlx_lm.models.rope_utils import initialize_rope
 
@@ -263,7 +276,7 @@ class DFlashModel(nn.Module):
         h = block
         for i, (layer, lc) in enumerate(zip(self.layers, cache, strict=True)):
             a = layer.self_attn
-            x = layer.input_layernorm(h)
+            x, around = layer.attention_input(h)
             q, kb, vb, kc, vc = a.project(x, ctx if ctx is not None else x[:, :0])
             s = kc.shape[2]
             off = lc.offset
@@ -281,8 +294,8 @@ class DFlashModel(nn.Module):
             if keys is not None:
                 kb = mx.concatenate([keys, kb], axis=2)
                 vb = mx.concatenate([values, vb], axis=2)
-            h = h + a.attend(q, kb, vb)
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + layer.attention_output(a.attend(q, kb, vb), around)
+            h = h + layer.mlp_step(h)
         out: mx.array = self.norm(h)
         return out
 

@@ -1,0 +1,125 @@
+"""Putting the auto kind together for one request: every drafter the pair offers that can
+run and fits in memory, each measured on this machine, behind one ``AutoSource``.
+
+The members are the kinds the registry lists that propose and do not combine others
+themselves, so a kind registered later (suffix decoding, a new head) joins auto with no
+change here. A kind that cannot run, does not fit in memory or fails to load is left out,
+with its reason in a notice and in ``Timings.sources_left_out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+from app import kinds
+from app.engine.auto_policy import AutoPolicy, VerifyCost, linear_verify_cost
+from app.engine.auto_source import AutoSource, Member
+from app.engine.events import GenerationRequest, NoticeEvent, StatusEvent
+from app.engine.models import LoadedModel
+from app.engine.verify import choose_rule
+from app.engine.width import DEFAULT_VERIFY_SLOPE
+from app.errors import DraftPairError, user_message
+
+if TYPE_CHECKING:
+    from app.engine.session import Session
+
+MIN_FREE_BYTES = 512 * 2**20  # memory left free after loading a member's weights
+
+
+@dataclasses.dataclass
+class Built:
+    source: AutoSource | None  # None: no member could run (or the request was stopped)
+    left_out: dict[str, str]  # kind -> why, in plain words
+    warmup_s: float = 0.0  # spent measuring this machine (first use of a drafter only)
+
+
+def members_of() -> tuple[kinds.KindPlugin, ...]:
+    """The kinds auto may combine: those that propose, auto-like kinds aside."""
+    return tuple(p for p in kinds.drafting() if not p.combines)
+
+
+def _free_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # no reading: assume it fits, a failed load says otherwise
+        return None
+
+
+def _why_not(session: Session, plugin: kinds.KindPlugin, req: GenerationRequest,
+             prompt: list[int]) -> str | None:
+    reason = session.unavailable(plugin.name, req)
+    if reason is not None:
+        return reason
+    held = session.assets.get(plugin.name)
+    if plugin.draft_is_lm and isinstance(held, LoadedModel) and max(prompt) >= held.embedding_rows:
+        return "the prompt holds token ids the draft model does not have"
+    if held is None:
+        free = _free_bytes()
+        if free is not None and free < MIN_FREE_BYTES:
+            return "there is not enough free memory to load it"
+    return None
+
+
+def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int],
+          cancel: threading.Event | None,
+          ) -> Generator[StatusEvent | NoticeEvent, None, Built]:
+    """The request's auto source, each member loaded and measured (progress as events)."""
+    members: list[Member] = []
+    left_out: dict[str, str] = {}
+    warmup_s = 0.0
+    for plugin in members_of():
+        if cancel is not None and cancel.is_set():
+            return Built(None, left_out, warmup_s)
+        reason = _why_not(session, plugin, req, prompt)
+        if reason is not None:
+            left_out[plugin.name] = reason.rstrip(".")
+            continue
+        sub = dataclasses.replace(req, draft_kind=plugin.name, draft_width=None)
+        try:
+            drafter = session.make_drafter(sub)
+        except (DraftPairError, MemoryError, OSError, ValueError) as exc:
+            left_out[plugin.name] = user_message(exc).rstrip(".")
+            continue
+        if drafter is None:
+            continue
+        width = plugin.default_width
+        measured = yield from session._warmup(plugin.name, drafter, width, context=len(prompt),
+                                             cancel=cancel)
+        warmup_s += session.last_warmup_s
+        drafter.step_cost = measured["draft_cost"]
+        rule = choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
+        members.append(Member(plugin.name, drafter, rule, width, eager=not plugin.stochastic))
+    if not members:
+        return Built(None, left_out, warmup_s)
+    cal = session.calibration
+    verify_cost: VerifyCost = (cal.verify_cost if cal is not None
+                               else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
+    policy = AutoPolicy({m.name: m.width for m in members}, verify_cost=verify_cost,
+                        draft_cost={m.name: m.drafter.cost for m in members},
+                        evidence=session.auto_memory.for_chat(req.conversation))
+    rule = choose_rule(req.sampling, stochastic_draft=any(
+        kinds.get(m.name).stochastic for m in members))
+    yield NoticeEvent(kind, describe_members([m.name for m in members], left_out))
+    return Built(AutoSource(members, policy, rule=rule, kind=kind), left_out, warmup_s)
+
+
+def unavailable(session: Session, req: GenerationRequest | None) -> str | None:
+    """Why auto cannot run (None when at least one of its members can)."""
+    reasons = [session.unavailable(p.name, req) for p in members_of()]
+    if any(r is None for r in reasons):
+        return None
+    return "no drafter of this pair can run"
+
+
+def describe_members(used: list[str], left_out: dict[str, str]) -> str:
+    """One plain sentence: which drafters auto uses and which it left out, and why."""
+    words = "Auto speculation uses " + ", ".join(kinds.label(n) for n in used)
+    if left_out:
+        words += "; left out: " + "; ".join(f"{kinds.label(n)} ({why})"
+                                            for n, why in left_out.items())
+    return words + "."

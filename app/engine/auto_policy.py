@@ -1,0 +1,232 @@
+"""Which proposal source a round uses, and how wide: the auto kind's choice.
+
+Every source (prompt lookup's copy, the MTP head, the draft model, DFlash...) keeps its own
+evidence per depth (``Evidence``): ``a_j``, how often its ``j``-th proposal of a round is
+accepted when the ones before it were, as decayed counts on a prior. A round of ``k`` of its
+proposals then yields on average ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_k`` tokens and costs
+``verify_cost(k + 1, context) + drafter_cost(k) + overhead`` plain steps, the verify cost read
+from this machine's calibration table at the context the reply is at (a pass over more tokens
+costs more, and more with a longer context). A plain step yields one token for one step.
+
+``choose`` takes the source and width with the most expected tokens per plain step; when no
+source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
+the source with the best one-token value with a single proposal (a failed probe doubles the
+interval up to ``probe_max``, an accepted one resets it), so a source that starts agreeing
+again is noticed. Each plain step ages every source's evidence a little toward its prior.
+
+The choice reads only what is already committed (the evidence of earlier rounds) and measured
+costs, never the target's output for the round being chosen, so each round's own acceptance
+rule keeps the reply exact: identical to plain decoding at temperature 0, the same
+distribution above it.
+
+Evidence is carried across requests of the same chat (``Memory``, keyed by the request's
+conversation), so a chat that copies a file keeps preferring copies from its first round.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+PRIOR_RATE = 0.6  # a source's first proposal's acceptance before any is observed
+PRIOR_WEIGHT = 1.0  # in observed rounds
+DECAY = 0.9  # weight of older rounds of the same source
+PLAIN_DECAY = 0.97  # every plain step ages every source's evidence
+TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
+OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
+MEMORY_CHATS = 64  # chats whose evidence is kept
+
+
+@dataclass
+class Evidence:
+    """One source's decayed per-depth counts: rounds that reached depth ``j``, and hits."""
+
+    prior: float = PRIOR_RATE
+    reached: list[float] = field(default_factory=list)
+    hits: list[float] = field(default_factory=list)
+
+    def rates(self, n: int) -> list[float]:
+        """Acceptance of the first ``n`` proposals, each given the ones before it; a depth's
+        prior is the rate of the depth before it (a later proposal is never assumed better)."""
+        out, prior = [], self.prior
+        for j in range(n):
+            reached = self.reached[j] if j < len(self.reached) else 0.0
+            hits = self.hits[j] if j < len(self.hits) else 0.0
+            prior = (hits + PRIOR_WEIGHT * prior) / (reached + PRIOR_WEIGHT)
+            out.append(min(prior, 0.999))
+        return out
+
+    def observe(self, proposed: int, accepted: int, decay: float = DECAY) -> None:
+        depth = min(accepted + 1, proposed)
+        while len(self.reached) < proposed:
+            self.reached.append(0.0)
+            self.hits.append(0.0)
+        for j in range(depth):
+            self.reached[j] = decay * self.reached[j] + 1
+            self.hits[j] = decay * self.hits[j] + (1 if j < accepted else 0)
+
+    def age(self, decay: float = PLAIN_DECAY) -> None:
+        self.reached = [r * decay for r in self.reached]
+        self.hits = [h * decay for h in self.hits]
+
+
+def expected_tokens(rates: list[float], k: int) -> float:
+    """Tokens a round of ``k`` proposals commits on average (the target's own one included)."""
+    tokens, reach = 1.0, 1.0
+    for r in rates[:k]:
+        reach *= r
+        tokens += reach
+    return tokens
+
+
+VerifyCost = Callable[[int, int], float]  # (tokens in the pass, context) -> plain steps
+
+
+def linear_verify_cost(slope: float) -> VerifyCost:
+    """A pass over ``n`` tokens costing ``1 + slope * (n - 1)`` steps (no calibration yet)."""
+    return lambda n, context: 1.0 + slope * max(0, n - 1)
+
+
+@dataclass(frozen=True)
+class Choice:
+    source: str
+    width: int
+    value: float  # expected tokens per plain step
+    probe: bool = False
+
+
+class AutoPolicy:
+    def __init__(self, widths: dict[str, int], *, verify_cost: VerifyCost,
+                 draft_cost: dict[str, Callable[[int], float]] | None = None,
+                 evidence: dict[str, Evidence] | None = None,
+                 priors: dict[str, float] | None = None,
+                 probe_every: int = 16, probe_max: int = 64):
+        """``widths``: each source's widest round; ``draft_cost[source](k)``: proposing ``k``
+        in plain steps; ``evidence``: a chat's evidence, updated in place."""
+        self.widths = dict(widths)
+        self.verify_cost = verify_cost
+        self.draft_cost = dict(draft_cost or {})
+        self.evidence = evidence if evidence is not None else {}
+        for name in self.widths:
+            prior = (priors or {}).get(name, PRIOR_RATE)
+            self.evidence.setdefault(name, Evidence(prior=prior))
+        self.probe_every = probe_every
+        self.probe_max = probe_max
+        self.probe_interval = probe_every
+        self.plain_streak = 0
+        self.probing = False
+        self.step_ms: float | None = None
+        self.overhead = 0.0
+        self.overhead_n = 0
+
+    # -- values -----------------------------------------------------------------------
+    def round_cost(self, source: str, k: int, context: int) -> float:
+        """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``)."""
+        if k <= 0:
+            return 1.0
+        cost = self.draft_cost.get(source)
+        drafting = max(0.0, cost(k)) if cost is not None else 0.0
+        return max(1.0, self.verify_cost(k + 1, context) + drafting + self.overhead)
+
+    def value(self, source: str, k: int, context: int, rates: list[float] | None = None) -> float:
+        """Expected committed tokens per plain step of a round of ``k`` (0: a plain step)."""
+        if k <= 0:
+            return 1.0
+        rates = rates if rates is not None else self.evidence[source].rates(k)
+        return expected_tokens(rates, k) / self.round_cost(source, k, context)
+
+    def best(self, source: str, k_max: int, context: int) -> tuple[int, float]:
+        """The width (at most ``k_max``) with the best value for ``source``, and that value."""
+        k_max = min(k_max, self.widths.get(source, 0))
+        if k_max <= 0:
+            return 0, 1.0
+        rates = self.evidence[source].rates(k_max)
+        return max(((k, self.value(source, k, context, rates)) for k in range(1, k_max + 1)),
+                   key=lambda kv: kv[1])
+
+    # -- the choice ---------------------------------------------------------------------
+    def choose(self, room: int, context: int, *, fixed: dict[str, int] | None = None,
+               absent: frozenset[str] = frozenset()) -> Choice | None:
+        """The round to run with at most ``room`` proposals (None: a plain step).
+
+        ``fixed``: sources whose proposal is already known (a copy of ``k`` tokens) and is
+        valued at exactly that width; ``absent``: sources with nothing to offer this step."""
+        fixed = fixed or {}
+        best: Choice | None = None
+        for name in self.widths:
+            if name in absent:
+                continue
+            if name in fixed:
+                k = min(fixed[name], room)
+                v = self.value(name, k, context) if k > 0 else 1.0
+            else:
+                k, v = self.best(name, room, context)
+            if k > 0 and (best is None or v > best.value):
+                best = Choice(name, k, v)
+        self.probing = False
+        if best is not None and best.value > 1.0:
+            self.plain_streak = 0
+            return best
+        for ev in self.evidence.values():
+            ev.age()
+        self.plain_streak += 1
+        if self.plain_streak >= self.probe_interval and room >= 1:
+            probe = self._probe_source(context, fixed, absent)
+            if probe is not None:
+                self.plain_streak = 0
+                self.probing = True
+                return Choice(probe, 1, self.value(probe, 1, context), probe=True)
+        return None
+
+    def _probe_source(self, context: int, fixed: dict[str, int],
+                      absent: frozenset[str]) -> str | None:
+        names = [n for n in self.widths if n not in absent and self.widths[n] > 0
+                 and fixed.get(n, 1) > 0]
+        return max(names, key=lambda n: self.value(n, 1, context), default=None)
+
+    # -- evidence -----------------------------------------------------------------------
+    def observe(self, source: str, proposed: int, accepted: int) -> None:
+        if self.probing:
+            self.probe_interval = (self.probe_every if accepted else
+                                   min(self.probe_interval * 2, self.probe_max))
+        ev = self.evidence.get(source)
+        if ev is not None:
+            ev.observe(proposed, accepted)
+
+    def observe_time(self, source: str | None, k: int, ms: float, context: int) -> None:
+        """Wall time of one step: a plain one (``source`` None) or a round of ``k``. Every
+        step is one target pass here (plain steps are not pipelined beside drafters)."""
+        if source is None or k <= 0:
+            self.step_ms = ms if self.step_ms is None else (
+                (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
+            return
+        if not self.step_ms:
+            return
+        saved, self.overhead = self.overhead, 0.0
+        modelled = self.round_cost(source, k, context)
+        self.overhead = saved
+        excess = min(max(ms / self.step_ms - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
+        self.overhead = excess if self.overhead_n == 0 else (
+            (1 - TIME_WEIGHT) * self.overhead + TIME_WEIGHT * excess)
+        self.overhead_n += 1
+
+
+class Memory:
+    """Evidence per chat (the request's conversation), the most recent ``MEMORY_CHATS``."""
+
+    def __init__(self, size: int = MEMORY_CHATS):
+        self.size = size
+        self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
+
+    def for_chat(self, conversation: str | None) -> dict[str, Evidence]:
+        """The chat's evidence (a fresh dict for a request outside any chat)."""
+        if conversation is None:
+            return {}
+        chat = self._chats.pop(conversation, None)
+        if chat is None:
+            chat = {}
+        self._chats[conversation] = chat
+        while len(self._chats) > self.size:
+            self._chats.popitem(last=False)
+        return chat

@@ -1,0 +1,165 @@
+"""The auto kind's proposal source: every loaded drafter, one chosen per round.
+
+``AutoSource`` holds one ``Member`` per proposal source the pair offers (prompt lookup, the MTP
+head, the draft model, DFlash, any kind registered later) and asks ``AutoPolicy`` each step
+which one proposes and how wide, or whether a plain step pays more. The members that propose
+without a model (``eager``: prompt lookup's copy) are asked first, since their proposal is
+free and its width is what they found; a model drafter is asked only when chosen.
+
+Every member follows the committed text at every step, chosen or not: each observes the
+tokens a step committed, with the target rows that step kept (``Fleet``: one drafter to the
+round loop and the prompt cache, whose taps are the union of the members'), and only the
+member whose proposal was verified sees it as its own. So the MTP head and DFlash always hold
+exactly one row per position the target holds, whoever proposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from app.engine.auto_policy import AutoPolicy
+from app.engine.drafters.base import Drafter
+from app.engine.events import SamplingParams
+from app.engine.lease import union
+from app.engine.prompt_cache import CachedState
+from app.engine.proposal import Proposal
+from app.engine.proposals import Pick, ProposalSource
+from app.engine.taps import Hidden, TapRequest
+
+
+@dataclass
+class Member:
+    """One proposal source of the auto kind."""
+
+    name: str  # the kind's name (what timings and the stats line count it as)
+    drafter: Drafter
+    rule: str  # its acceptance rule under the request's sampling
+    width: int  # its widest round
+    eager: bool = False  # proposes without a model: asked every step, valued at what it found
+
+
+class Fleet(Drafter):
+    """The members as one drafter for the round loop and the prompt cache: the prompt and
+    every step's committed tokens and target rows go to each of them."""
+
+    adaptive_width = False
+
+    def __init__(self, members: list[Member], kind: str):
+        self.kind = kind  # the combining kind's name (timings, kept states)
+        self.members = members
+        taps: TapRequest | None = None
+        for m in members:
+            taps = union(taps, m.drafter.taps)
+        self.taps = taps
+        keepers = [m for m in members if m.drafter.keeps_state]
+        self.keeper = keepers[0] if keepers else None  # the one own model state a chat keeps
+        self.keeps_state = self.keeper is not None
+        self.stochastic = any(m.drafter.stochastic for m in members)
+
+    def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
+        arrays: list[mx.array] = []
+        for m in self.members:
+            arrays += m.drafter.begin(prompt, sampling)
+        return arrays
+
+    def prefill(self, tokens: list[int], hidden: Hidden | None) -> None:
+        for m in self.members:
+            m.drafter.prefill(tokens, hidden)
+
+    def propose(self, committed: list[int], k: int) -> Proposal | None:
+        raise NotImplementedError("the auto kind's members propose, one per round")
+
+    def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,
+                new_tokens: list[int], hidden: Hidden | None = None,
+                proposer: str | None = None) -> None:
+        """Every member sees the step; only ``proposer`` sees ``proposal`` as its own."""
+        for m in self.members:
+            m.drafter.observe(committed, proposal if m.name == proposer else None, accepted,
+                              new_tokens, hidden)
+
+    def close(self) -> None:
+        for m in self.members:
+            m.drafter.close()
+
+    def state_key(self, width: int) -> str:
+        assert self.keeper is not None
+        return self.keeper.drafter.state_key(self.keeper.width)
+
+    def kept_state(self) -> CachedState | None:
+        return self.keeper.drafter.kept_state() if self.keeper is not None else None
+
+    def resume(self, state: CachedState) -> None:
+        assert self.keeper is not None
+        self.keeper.drafter.resume(state)
+
+    def resume_rows(self, rows: Hidden) -> None:
+        for m in self.members:
+            if m.drafter.taps is not None and not m.drafter.taps.empty:
+                m.drafter.resume_rows(rows)
+
+    def stats(self) -> dict[str, object]:
+        return {m.name: m.drafter.stats() for m in self.members}
+
+
+class AutoSource(ProposalSource):
+    def __init__(self, members: list[Member], policy: AutoPolicy, *, rule: str, kind: str):
+        self.fleet = Fleet(members, kind)
+        super().__init__(drafter=self.fleet, rule=rule,
+                         width=max((m.width for m in members), default=0))
+        self.members = {m.name: m for m in members}
+        self.auto = policy
+        self.context = 0
+
+    @property
+    def members_named(self) -> tuple[str, ...]:
+        return tuple(self.members)
+
+    def next(self, committed: list[int], remaining: int) -> Pick | None:
+        room = remaining - 1
+        self.context = len(committed)
+        if room <= 0:
+            return None
+        found: dict[str, Proposal] = {}
+        absent: set[str] = set()
+        for m in self.members.values():
+            if m.eager:
+                p = m.drafter.propose(committed, min(m.width, room))
+                if p is not None and p.k > 0:
+                    found[m.name] = p
+                else:
+                    absent.add(m.name)
+        choice = self.auto.choose(room, self.context, fixed={n: p.k for n, p in found.items()},
+                                  absent=frozenset(absent))
+        if choice is None:
+            return None
+        m = self.members[choice.source]
+        proposal = found.get(m.name)
+        if proposal is None:
+            k = choice.width
+            if m.drafter.stops_early and not choice.probe:
+                k = min(room, m.width)
+            proposal = m.drafter.propose(committed, k)
+            if proposal is None or proposal.k == 0:
+                return None
+        return Pick(proposal, m.rule, m.eager, choice.width, source=m.name)
+
+    def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:
+        chain, on_chain = pick.proposal.drafted(path, accepted)  # a tree: its drafter's chain
+        self.auto.observe(pick.source, chain.k, on_chain)
+
+    def observe(self, committed: list[int], pick: Pick | None, accepted: int,
+                new_tokens: list[int], hidden: Hidden | None,
+                path: tuple[int, ...] | None = None) -> None:
+        proposal = pick.proposal if pick is not None else None
+        if proposal is not None:
+            proposal, accepted = proposal.drafted(path, accepted)
+        self.fleet.observe(committed, proposal, accepted, new_tokens, hidden,
+                           proposer=pick.source if pick is not None else None)
+
+    def timed(self, pick: Pick | None, ms: float) -> None:
+        if pick is None:
+            self.auto.observe_time(None, 0, ms, self.context)
+        else:
+            self.auto.observe_time(pick.source, pick.proposal.k, ms, self.context)

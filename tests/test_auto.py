@@ -1,0 +1,200 @@
+"""Auto speculation end to end: every drafter follows the reply, the reply stays exact."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from app import kinds
+from app.engine import taps as taps_mod
+from app.engine.calibration import CalibrationStore, new_table
+from app.engine.events import DoneEvent, GenerationRequest, NoticeEvent, SamplingParams
+from app.engine.lease import union
+from app.engine.models import make_cache
+from app.engine.session import Session
+from tests.builders import make_trained_checkpoint
+from tests.demo_gate import needs_demo
+from tests.test_engine import _chi2, _chi2_sf, _exact_sequence_probs
+
+AUTO = kinds.default_choice()  # the kind the app starts with is auto
+
+
+def test_auto_is_the_default_choice_and_combines():
+    plugin = kinds.get(AUTO)
+    assert plugin.combines and plugin.proposes
+    assert not kinds.get(kinds.normalize("prompt-lookup")).default_choice
+
+
+# -- a tiny pair: the distribution stays exact ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("auto_models")
+    return {
+        "target": make_trained_checkpoint(root / "target", seed=1, steps=150),
+        "weak": make_trained_checkpoint(root / "weak", seed=3, hidden_size=32, num_layers=1,
+                                        steps=25),
+    }
+
+
+def flat_session(pair: dict[str, Path]) -> Session:
+    """The tiny pair with a GPU-like table: verifying up to 17 tokens costs one step, so auto
+    drafts at every step it can and its rounds are what the test exercises."""
+    s = Session(calibrations=CalibrationStore(None))
+    s.load_target(pair["target"])
+    s.load_draft(pair["weak"])
+    assert s.target is not None
+    s.calibration = new_table(s.target.path, {}, [0], [[1, 17]], [[10.0, 10.0]], 0.0)
+    return s
+
+
+def _generate(s: Session, **kw) -> tuple[DoneEvent, list]:
+    events = list(s.generate(GenerationRequest(**{"chat": False, **kw})))
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
+    return done, events
+
+
+def test_auto_names_what_it_loaded_and_what_it_left_out(pair):
+    s = flat_session(pair)
+    done, events = _generate(s, prompt="The cat sat on", max_tokens=16, draft_kind=AUTO)
+    notice = next(e for e in events if isinstance(e, NoticeEvent) and e.code == AUTO)
+    assert "Prompt lookup" in notice.message and "Draft model" in notice.message
+    assert "left out" in notice.message  # the tiny llama has no MTP head nor DFlash drafter
+    left = done.timings.sources_left_out
+    assert {"mtp", "dflash"} <= set(left) and all(left.values())
+    shares = done.timings.sources
+    assert {"prompt-lookup", "full-model", "plain"} <= set(shares)
+    assert not set(shares) & set(left)
+    # every kind that proposes, auto aside, was either loaded or left out with its reason
+    assert set(shares) | set(left) == {p.name for p in kinds.drafting()} - {AUTO} | {"plain"}
+    rounds = sum(v["rounds"] for k, v in shares.items())
+    assert rounds == done.timings.verify_passes  # every step is a round of one source or plain
+    assert done.timings.draft_kind == AUTO
+
+
+def test_greedy_auto_is_identical_to_plain(pair):
+    s = flat_session(pair)
+    for prompt in ["The cat sat on", "Once upon a time", "the the the the the"]:
+        plain, _ = _generate(s, prompt=prompt, max_tokens=24, draft_kind=kinds.OFF)
+        auto, _ = _generate(s, prompt=prompt, max_tokens=24, draft_kind=AUTO)
+        assert auto.token_ids == plain.token_ids
+        assert auto.timings.draft_rounds > 0
+
+
+def test_sampled_auto_keeps_the_target_distribution(pair):
+    """At temperature 2 every round is verified by its own source's rule (rejection sampling
+    for the draft model, sample-match for copies): the sequences follow the target's own
+    distribution, whichever source proposed."""
+    s = flat_session(pair)
+    assert s.target is not None
+    prompt_ids = s.target.tokenizer.encode("The dog sat")
+    sampling = SamplingParams(temperature=2.0, top_k=3)
+    length, n = 3, 1200
+    exact = _exact_sequence_probs(s.target, prompt_ids, sampling, length)
+    counts: Counter = Counter()
+    by_source: Counter = Counter()
+    for seed in range(n):
+        done, _ = _generate(s, prompt_tokens=tuple(prompt_ids), draft_kind=AUTO,
+                            max_tokens=length, memory_interval_s=1e9,
+                            sampling=SamplingParams(temperature=2.0, top_k=3, seed=seed))
+        counts[tuple(done.token_ids)] += 1
+        by_source.update(r.source for r in done.rounds)
+    stat, df = _chi2(counts, exact, n)
+    assert _chi2_sf(stat, df) > 1e-3, (stat, df)
+    assert by_source["full-model"] > 100, by_source  # the draft model's rounds were tested
+
+
+# -- the demo pair: every hidden-state drafter gets every row -----------------------------
+
+
+def _demo_ready() -> bool:
+    from app.demo.mtp_paths import shipped_head_available
+    from app.demo.target import demo_target_ready
+
+    return demo_target_ready() and shipped_head_available()
+
+
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
+def test_every_drafter_follows_the_reply_whoever_proposes(monkeypatch):
+    """The crux of combining drafters: the MTP head and DFlash read one target row per
+    position. Each must receive exactly the target's row for every position, in order, at
+    every step — rounds of prompt lookup, of the draft model, of the other hidden-state
+    drafter and plain steps included — or its next proposal reads the wrong state."""
+    from app.demo.builtins import register_demo_models
+    from app.engine.drafters.base import Drafter
+
+    register_demo_models()
+    s = Session()
+    s.load_target("demo")
+    s.load_draft("demo-draft")
+    received: dict[int, list] = {}  # id(drafter) -> [(drafter, Hidden), ...]
+    checks: list[tuple[str, int, int]] = []  # (kind, rows so far, positions fed)
+
+    def spy(cls: type[Drafter]) -> None:
+        prefill, observe = cls.prefill, cls.observe
+
+        def on_prefill(self, tokens, hidden):
+            received.setdefault(id(self), []).append((self, hidden))
+            return prefill(self, tokens, hidden)
+
+        def on_observe(self, committed, proposal, accepted, new_tokens, hidden=None):
+            parts = received.setdefault(id(self), [])
+            parts.append((self, hidden))
+            n = sum(h.n for _, h in parts if h is not None)
+            checks.append((self.kind, n, len(committed) - 1))  # the newest token is pending
+            return observe(self, committed, proposal, accepted, new_tokens, hidden)
+
+        monkeypatch.setattr(cls, "prefill", on_prefill)
+        monkeypatch.setattr(cls, "observe", on_observe)
+
+    from app.engine.drafters.dflash import DFlashDrafter
+    from app.engine.drafters.mtp import MTPDrafter
+
+    spy(MTPDrafter)
+    spy(DFlashDrafter)
+    prompt = ("Copy this list, then add one fruit: apples, pears, plums, cherries, apples, "
+              "pears, plums, cherries.")
+    plain, _ = _generate(s, prompt=prompt, chat=True, max_tokens=48, draft_kind=kinds.OFF)
+    received.clear()
+    checks.clear()
+    done, _ = _generate(s, prompt=prompt, chat=True, max_tokens=48, draft_kind=AUTO)
+    assert done.token_ids == plain.token_ids
+    shares = done.timings.sources
+    assert {"mtp", "dflash"} <= set(shares)
+    chosen = {k for k, v in shares.items() if v["rounds"]}
+    assert len(chosen) >= 2, shares  # the tap drafters also saw steps they did not propose
+
+    kinds_seen = {k for k, _, _ in checks}
+    assert kinds_seen == {"mtp", "dflash"}
+    bad = [(k, n, fed) for k, n, fed in checks if n != fed]
+    assert not bad, bad[:5]
+    steps = Counter(k for k, _, _ in checks)
+    assert steps["mtp"] == steps["dflash"]  # each saw every step, not just its own
+    assert steps["mtp"] > shares["mtp"]["rounds"] and steps["dflash"] > shares["dflash"]["rounds"]
+
+    # and the rows are the target's own, position by position
+    assert s.target is not None
+    committed = [*s.encode(GenerationRequest(prompt=prompt, chat=True)), *done.token_ids]
+    every = None  # each drafter gets the rows all of them read, in one pass
+    for parts in received.values():
+        every = union(every, parts[0][0].taps)
+    for parts in received.values():
+        drafter = parts[0][0]
+        rows = [h for _, h in parts if h is not None and h.n]
+        n = sum(h.n for h in rows)
+        ref_logits, ref = taps_mod.forward(s.target.model, mx.array(committed[:n]),
+                                           make_cache(s.target), every)
+        assert ref is not None
+        got = taps_mod.Hidden.concat(rows)
+        for a, b in zip(got.arrays(), ref.arrays(), strict=True):
+            a_np = np.array(a.astype(mx.float32))
+            b_np = np.array(b.astype(mx.float32))
+            assert a_np.shape == b_np.shape
+            scale = float(np.abs(b_np).max())
+            assert float(np.abs(a_np - b_np).max()) <= 0.05 * scale, drafter.kind

@@ -66,7 +66,7 @@ class BenchConfig:
     remotes: tuple[str, ...] = ()  # OpenAI-compatible endpoints, one bench row each
     remote_api_key: str | None = None
     lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
-    # each model drafter also as trees in these modes ("auto", "flat"), one row each
+    # each model drafter also as trees in these modes ("on", "flat"), one row each
     trees: tuple[str, ...] = ()
 
     @classmethod

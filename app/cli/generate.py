@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
                    help="model drafters: do not let prompt lookup propose copies of the "
                         "context beside them")
-    p.add_argument("--trees", choices=["off", "auto", "flat"], default="off",
-                   help="trees of candidates from the drafter's distribution: 'auto' where "
+    p.add_argument("--trees", choices=["off", "on", "flat"], default="off",
+                   help="trees of candidates from the drafter's distribution: 'on' where "
                         "this computer's verify costs say they pay, 'flat' as if a verify of "
                         "up to 64 tokens cost one step (a measurement)")
     p.add_argument("--no-fallback", dest="allow_fallback", action="store_false",

@@ -221,3 +221,112 @@ def test_a_drafter_is_not_a_chat_model(pairs):
     assert "target.is_eagle3" in {f.code for f in check(pairs["speculators"]).blockers}
     with pytest.raises(DraftPairError, match="EAGLE-3 drafter"):
         Session().load_target(pairs["original"])
+
+
+# -- a drafter trained on the tiny target: proposals get accepted -----------------------
+
+@pytest.fixture(scope="module")
+def trained(root, pairs) -> Path:
+    """A full-vocabulary speculators drafter trained (teacher-forced, next-next token from
+    the target's rows) on the tiny target's own greedy replies."""
+    import random
+
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+    from mlx.utils import tree_flatten
+    from mlx_lm.generate import generate_step
+
+    from app.engine.drafters.eagle3_model import load_model as load_net
+    from app.engine.models import load_model
+
+    _, folder = be.make_pair(root, "speculators", reduced=False, seed=21)
+    t = load_model(pairs["target"])
+    net = load_net(folder).model
+    cap = tuple(i - 1 for i in be.PAPER_IDS)
+    embed = t.model.model.embed_tokens
+    rng = random.Random(0)
+    seqs = []
+    for i in range(10):
+        prompt = list(sc.PROMPT) if i == 0 else [rng.randrange(20, t.vocab_size - 20)
+                                                 for _ in range(8)]
+        reply = []
+        for tok, _ in generate_step(mx.array(prompt), t.model, max_tokens=40,
+                                    sampler=lambda x: mx.argmax(x, axis=-1)):
+            reply.append(int(tok))
+        ids = prompt + reply
+        seqs.append((ids, mx.array(sc.rows_for(t.model, ids, cap))))
+
+    def loss_fn(m, tokens, rows, targets):
+        h = m(embed(tokens)[None], m.project(rows)[None], 1, m.make_cache())
+        return nn.losses.cross_entropy(m.logits(h)[0], targets, reduction="mean")
+
+    grad = nn.value_and_grad(net, loss_fn)
+    opt = optim.Adam(learning_rate=3e-3)
+    first = last = None
+    for step in range(200):
+        ids, rows = seqs[step % len(seqs)]
+        # pair (row i, token i + 1) predicts token i + 2
+        loss, g = grad(net, mx.array(ids[1:-1]), rows[:-2], mx.array(ids[2:]))
+        opt.update(net, g)
+        mx.eval(loss, net.parameters(), opt.state)
+        first = float(loss) if first is None else first
+        last = float(loss)
+    assert last < 0.5 * first, (first, last)
+    out = root / "eagle3-trained"
+    out.mkdir()
+    (out / "config.json").write_text((folder / "config.json").read_text())
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(net.parameters())))
+    return out
+
+
+def test_trained_drafter_gets_accepted_and_stays_exact(pairs, trained):
+    from app import kinds
+    from app.engine.session import Session
+
+    s = Session()
+    s.load_target(pairs["target"])
+    s.load_draft(trained)
+    assert s.draft_kind is not None
+    plain = _generate(s, kinds.OFF, max_tokens=48)
+    spec = _generate(s, s.draft_kind, width=4, max_tokens=48)
+    assert spec.token_ids == plain.token_ids
+    t = spec.timings
+    assert t.fallback is None and t.draft_rounds > 0
+    assert t.draft_n_accepted > 0, (t.draft_rounds, t.draft_n)
+
+
+def test_memory_counts_the_drafters_own_cache(pairs):
+    from app import kinds
+    from app.checkpoints.inspect import inspect_checkpoint
+    from app.checkpoints.memory_estimate import estimate_memory
+
+    t = inspect_checkpoint(pairs["target"])
+    per_token = 2 * 1 * be.KV_HEADS * be.HEAD_DIM * 4  # one layer, float32
+    for key in ("original", "speculators"):
+        d = inspect_checkpoint(pairs[key])
+        plugin = kinds.for_folder(d.config or {})
+        assert plugin is not None
+        e = estimate_memory(t, d, context=1000, draft_kind=plugin.name)
+        assert e.draft_kv == per_token * 1000, key
+
+
+def test_a_gemma4_target_drafts_exactly(root):
+    """The speculators layout names Gemma 4 targets too (RedHatAI's gemma-4 speculator):
+    the taps read a Gemma 4 text model's layers (KV-shared layers, per-layer inputs)."""
+    from app import kinds
+    from app.engine.session import Session
+
+    target = be.make_gemma4_target(root / "gemma4")
+    vocab = be.target_vocab(target)
+    drafter = be.write_folder(root / "eagle3-gemma4", be.speculators_config(
+        vocab, vocab // 2, layer_ids=(1, 3, 5), verifier_arch="Gemma4ForCausalLM"),
+        be.weights(vocab, vocab // 2, seed=5))
+    s = Session()
+    s.load_target(target)
+    s.load_draft(drafter)
+    assert s.draft_kind is not None
+    plain = _generate(s, kinds.OFF, max_tokens=30)
+    spec = _generate(s, s.draft_kind, max_tokens=30)
+    assert spec.token_ids == plain.token_ids
+    assert spec.timings.fallback is None and spec.timings.draft_rounds > 0

@@ -50,7 +50,7 @@ def register(sub, workdir_arg) -> None:
     ev.add_argument("--head", type=Path, default=None,
                     help="head folder (default: the best checkpoint of the run in --workdir)")
     ev.add_argument("--engine", action="store_true",
-                    help="also run the engine on held-out prompts: plain vs mtp vs full-model")
+                    help="also run the engine on held-out prompts: plain vs auto vs mtp vs full-model")
     ev.add_argument("--prompts", type=_positive, default=16)
     ev.add_argument("--prompt-set", choices=["chat", "heldout"], default="chat",
                     help="chat: hand-written chat requests, none from the training generator "

@@ -208,7 +208,7 @@ def _summary(session: Session, done, args: argparse.Namespace) -> None:
         print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
               f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",
               file=sys.stderr)
-    if t.copy_rounds:
+    if t.copy_rounds and not t.sources:  # (auto's copies are in its shares below)
         print(f"[{t.draft_kind}] prompt lookup copied from the context in "
               f"{t.copy_rounds} of {t.draft_rounds} rounds, accepted "
               f"{t.copy_n_accepted}/{t.copy_n}", file=sys.stderr)

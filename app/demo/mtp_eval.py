@@ -22,10 +22,13 @@ from typing import Any
 
 from app.engine.drafters.mtp_head import POSTNORM, PRENORM
 from app.kinds import OFF
+from app.kinds.shares import shares_line
+from app.plugins.auto import PLUGIN as _AUTO
 from app.plugins.full_model import PLUGIN as _FULL
 from app.plugins.mtp import PLUGIN as _MTP
 
 MTP, FULL = _MTP.name, _FULL.name  # the two drafters compared with plain decoding
+AUTO = _AUTO.name  # and auto speculation, which may use either (and the copies)
 
 RUN_ALONE = "/drafters-alone"  # the key suffix of a run without prompt lookup beside them
 
@@ -86,7 +89,7 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
     if head is not None:  # this head folder instead of the shipped one
         s.load_for(MTP, head)
     s.load_draft(str(demo_draft_path()))
-    kinds = (OFF, MTP, FULL)
+    kinds = (OFF, AUTO, MTP, FULL)
 
     def run(msgs, kind):
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
@@ -100,13 +103,13 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
     warm = [{"role": "user", "content": "Say hello."}]
     for kind in kinds:
         run(warm, kind)
-    ratios: dict[str, list[float]] = {MTP: [], FULL: []}
-    same = {MTP: 0, FULL: 0}
+    ratios: dict[str, list[float]] = {AUTO: [], MTP: [], FULL: []}
+    same = {AUTO: 0, MTP: 0, FULL: 0}
     stats = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0} for k in ratios}
     fallbacks = []
     hits = positions = 0
     for i, (label, msgs) in enumerate(records):
-        order = kinds[i % 3:] + kinds[: i % 3]
+        order = kinds[i % len(kinds):] + kinds[: i % len(kinds)]
         res = {kind: run(msgs, kind) for kind in order}
         plain = res[OFF]
         prompt = s.encode(GenerationRequest(messages=tuple(msgs)))
@@ -129,7 +132,8 @@ def engine_compare(teacher_dir: Path, *, prompts: int, max_tokens: int, head: Pa
             if t.fallback:
                 fallbacks.append(f"{kind}: {t.fallback}")
             parts.append(f"{kind} {t.predicted_per_second:5.1f} tok/s x{ratio:.2f} "
-                         f"acc/round {t.accept_len_mean:.2f}{'' if ident else ' DIFFERENT'}")
+                         f"acc/round {t.accept_len_mean:.2f}{'' if ident else ' DIFFERENT'}"
+                         + (f" ({shares_line(t.sources)})" if t.sources else ""))
         log(f"  [{i + 1}/{len(records)}] {label:10s} n={plain.timings.predicted_n:3d}"
             f" plain {plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
     out: dict[str, Any] = {"prompts": len(records), "prompt_set": which, "max_tokens": max_tokens,

@@ -22,6 +22,7 @@ from app.ui.theme import LIGHT, Colors
 
 FAST_HZ = 12
 LABEL_EVERY = FAST_HZ  # ticks between label updates (~1 Hz)
+ACCEPT_TITLE = "Accepted per round"
 # auto speculation's sources, in the order a reply first used them (readable on both themes)
 SOURCE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 
@@ -61,7 +62,7 @@ class LivePanels(QWidget):
         super().__init__(parent)
         self.colors = colors
         self.rate_plot = _plot("Tokens/s (1 s window)", "tok/s", "seconds")
-        self.accept_plot = _plot("Accepted per round", "tokens", "round")
+        self.accept_plot = _plot(ACCEPT_TITLE, "tokens", "round")
         self.mem_plot = _plot("Memory", "MB", "seconds")
         self.rate_plot.getPlotItem().enableAutoRange(y=False)
         self.accept_plot.getPlotItem().enableAutoRange(y=False)
@@ -132,6 +133,9 @@ class LivePanels(QWidget):
 
     def set_runs(self, runs: list[tuple[LiveRun, str, str]], *, keep_timer: bool = False) -> None:
         """Show these runs (each: live data, legend name, colour) and start refreshing."""
+        if getattr(self, "_legend", None):  # the last reply's sources (auto) are not these
+            self._legend = None
+            self.accept_plot.setTitle(ACCEPT_TITLE, color=self.colors.text, size="10pt")
         for rc in self._runs:
             for key, item in rc.items.items():
                 if key == "sys":
@@ -253,7 +257,7 @@ class LivePanels(QWidget):
             self._legend = snap.sources
             legend = " · ".join(f"<span style='color:{palette[i % len(palette)]}'>{word(n)}"
                                 f"</span>" for i, n in enumerate(snap.sources))
-            self.accept_plot.setTitle(f"Accepted per round: {legend}", color=self.colors.text,
+            self.accept_plot.setTitle(f"{ACCEPT_TITLE}: {legend}", color=self.colors.text,
                                       size="10pt")
         return {"symbolBrush": brushes}
 

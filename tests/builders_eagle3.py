@@ -148,3 +148,37 @@ def make_pair(root: Path, layout: str, *, reduced: bool = True, seed: int = 3,
     if spec_kwargs:
         name += "-" + "-".join(f"{k}{v}" for k, v in sorted(spec_kwargs.items()))
     return target, write_folder(Path(root) / name.replace(" ", ""), cfg, w, layout=layout)
+
+
+def make_gemma4_target(folder: Path, *, seed: int = 4) -> Path:
+    """A tiny Gemma 4 text model (mlx-lm's gemma4_text: sliding and full layers, KV shared by
+    the last two layers, per-layer inputs, logit soft-capping), random weights."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+    from mlx_lm.models import gemma4_text
+    from mlx_lm.utils import save_config, save_model
+
+    from tests.builders import write_tokenizer
+
+    folder = Path(folder)
+    n = write_tokenizer(folder)
+    cfg = {"model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"],
+           "hidden_size": HIDDEN, "num_hidden_layers": 6, "intermediate_size": 2 * HIDDEN,
+           "num_attention_heads": HEADS, "head_dim": HEAD_DIM, "global_head_dim": 2 * HEAD_DIM,
+           "num_key_value_heads": KV_HEADS, "num_kv_shared_layers": 2,
+           "hidden_size_per_layer_input": 8, "vocab_size": n, "vocab_size_per_layer_input": n,
+           "sliding_window": 8, "sliding_window_pattern": 3, "max_position_embeddings": 2048,
+           "use_double_wide_mlp": False, "final_logit_softcapping": 30.0,
+           "tie_word_embeddings": True, "torch_dtype": "float32"}
+    model = gemma4_text.Model(gemma4_text.ModelArgs.from_dict(cfg))
+    rng = np.random.default_rng(seed)
+    params = []
+    for name, p in tree_flatten(model.parameters()):
+        w = (1.0 + 0.1 * rng.standard_normal(p.shape)) if name.endswith("norm.weight") \
+            else 0.3 * rng.standard_normal(p.shape)
+        params.append((name, mx.array(w.astype(np.float32))))
+    model.update(tree_unflatten(params))
+    mx.eval(model.parameters())
+    save_model(folder, model)
+    save_config(cfg, config_path=folder / "config.json")
+    return folder

@@ -294,3 +294,39 @@ def test_trained_drafter_gets_accepted_and_stays_exact(pairs, trained):
     t = spec.timings
     assert t.fallback is None and t.draft_rounds > 0
     assert t.draft_n_accepted > 0, (t.draft_rounds, t.draft_n)
+
+
+def test_memory_counts_the_drafters_own_cache(pairs):
+    from app import kinds
+    from app.checkpoints.inspect import inspect_checkpoint
+    from app.checkpoints.memory_estimate import estimate_memory
+
+    t = inspect_checkpoint(pairs["target"])
+    per_token = 2 * 1 * be.KV_HEADS * be.HEAD_DIM * 4  # one layer, float32
+    for key in ("original", "speculators"):
+        d = inspect_checkpoint(pairs[key])
+        plugin = kinds.for_folder(d.config or {})
+        assert plugin is not None
+        e = estimate_memory(t, d, context=1000, draft_kind=plugin.name)
+        assert e.draft_kv == per_token * 1000, key
+
+
+def test_a_gemma4_target_drafts_exactly(root):
+    """The speculators layout names Gemma 4 targets too (RedHatAI's gemma-4 speculator):
+    the taps read a Gemma 4 text model's layers (KV-shared layers, per-layer inputs)."""
+    from app import kinds
+    from app.engine.session import Session
+
+    target = be.make_gemma4_target(root / "gemma4")
+    vocab = be.target_vocab(target)
+    drafter = be.write_folder(root / "eagle3-gemma4", be.speculators_config(
+        vocab, vocab // 2, layer_ids=(1, 3, 5), verifier_arch="Gemma4ForCausalLM"),
+        be.weights(vocab, vocab // 2, seed=5))
+    s = Session()
+    s.load_target(target)
+    s.load_draft(drafter)
+    assert s.draft_kind is not None
+    plain = _generate(s, kinds.OFF, max_tokens=30)
+    spec = _generate(s, s.draft_kind, max_tokens=30)
+    assert spec.token_ids == plain.token_ids
+    assert spec.timings.fallback is None and spec.timings.draft_rounds > 0

@@ -21,6 +21,7 @@ class Condition:
     width: int
     url: str = ""  # a remote endpoint's address
     lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
+    trees: str = "off"  # trees of candidates from the drafter: "off" | "on" | "flat"
 
 
 @dataclass(frozen=True)

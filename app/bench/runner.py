@@ -66,6 +66,8 @@ class BenchConfig:
     remotes: tuple[str, ...] = ()  # OpenAI-compatible endpoints, one bench row each
     remote_api_key: str | None = None
     lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
+    # each model drafter also as trees in these modes ("on", "flat"), one row each
+    trees: tuple[str, ...] = ()
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
@@ -280,6 +282,10 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
         width = int(config.widths.get(kind, plugin.default_width))
         conditions.append(Condition(kind, "draftpair", kind, width,
                                     lookup_assist=config.lookup_assist))
+        if kinds.get(kind).grows_trees:
+            conditions.extend(Condition(f"{kind} trees {mode}", "draftpair", kind, width,
+                                        lookup_assist=config.lookup_assist, trees=mode)
+                              for mode in config.trees if mode != "off")
     if config.peers:
         conditions.append(Condition(PEER_PLAIN, "mlx-lm", kinds.OFF, 0))
         for peer in [c for c in conditions if kinds.get(c.draft_kind).mlx_lm_peer][:1]:
@@ -325,6 +331,7 @@ def _execute(
         allow_fallback=False,
         memory_interval_s=3600.0,
         lookup_assist=cond.lookup_assist,
+        trees=cond.trees,
     )
     done: DoneEvent | None = None
     for ev in session.generate(request, cancel=cancel):

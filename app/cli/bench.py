@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
                    help="measure the model drafters alone, without prompt lookup copying "
                         "the context beside them")
+    p.add_argument("--trees", nargs="+", default=[], choices=["on", "flat"], metavar="MODE",
+                   help="also measure each model drafter with trees of candidates: 'on' "
+                        "(where this computer's verify costs say they pay) or 'flat' (as if a "
+                        "verify of up to 64 tokens cost one step), one row each")
     p.add_argument("--rollback", action="store_true",
                    help="only measure what rewinding the target costs per round, as a "
                    "fraction of a plain step (writes rollback.json)")
@@ -115,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         remotes=tuple(args.remote),
         remote_api_key=args.remote_api_key,
         lookup_assist=args.lookup_assist,
+        trees=tuple(args.trees),
     )
     if args.quick:
         config = BenchConfig.quick_preset(**options)

@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
                    help="model drafters: do not let prompt lookup propose copies of the "
                         "context beside them")
+    p.add_argument("--trees", choices=["off", "on", "flat"], default="off",
+                   help="trees of candidates from the drafter's distribution: 'on' where "
+                        "this computer's verify costs say they pay, 'flat' as if a verify of "
+                        "up to 64 tokens cost one step (a measurement)")
     p.add_argument("--no-fallback", dest="allow_fallback", action="store_false",
                    help="fail instead of decoding plainly when speculation cannot run")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
@@ -121,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         ngram_max=args.ngram_max,
         adaptive=args.adaptive,
         lookup_assist=args.lookup_assist,
+        trees=args.trees,
         submitted_at=submitted,
     )
     found = problems(request)  # before anything heavy is loaded
@@ -196,6 +201,9 @@ def _summary(session: Session, done, args: argparse.Namespace) -> None:
         f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
         file=sys.stderr,
     )
+    if t.tree_rounds:
+        print(f"[{t.draft_kind}] {t.tree_rounds} of {t.draft_rounds} rounds verified as trees, "
+              f"accepted path {t.tree_depth_mean:.2f} deep on average", file=sys.stderr)
     if t.warmup_ms:
         print(f"[{t.draft_kind}] measured this computer's speed for speculation in "
               f"{t.warmup_ms / 1e3:.1f} s before the first token (kept: not again)",

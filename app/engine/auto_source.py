@@ -145,13 +145,18 @@ class AutoSource(ProposalSource):
                 return None
         return Pick(proposal, m.rule, m.eager, choice.width, source=m.name)
 
-    def judged(self, pick: Pick, accepted: int) -> None:
-        self.auto.observe(pick.source, pick.proposal.k, accepted)
+    def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:
+        chain, on_chain = pick.proposal.drafted(path, accepted)  # a tree: its drafter's chain
+        self.auto.observe(pick.source, chain.k, on_chain)
 
     def observe(self, committed: list[int], pick: Pick | None, accepted: int,
-                new_tokens: list[int], hidden: Hidden | None) -> None:
-        self.fleet.observe(committed, pick.proposal if pick is not None else None, accepted,
-                           new_tokens, hidden, proposer=pick.source if pick is not None else None)
+                new_tokens: list[int], hidden: Hidden | None,
+                path: tuple[int, ...] | None = None) -> None:
+        proposal = pick.proposal if pick is not None else None
+        if proposal is not None:
+            proposal, accepted = proposal.drafted(path, accepted)
+        self.fleet.observe(committed, proposal, accepted, new_tokens, hidden,
+                           proposer=pick.source if pick is not None else None)
 
     def timed(self, pick: Pick | None, ms: float) -> None:
         if pick is None:

@@ -130,7 +130,7 @@ class RoundLoop:
             return None, step
         step = self.step.round(pick.proposal, pick.rule, self.committed)
         self.stats.passed(step.times)
-        self.source.judged(pick, step.accepted)
+        self.source.judged(pick, step.accepted, step.path)
         return pick, step
 
     # -- the loop ------------------------------------------------------------------------
@@ -187,16 +187,19 @@ class RoundLoop:
                 t_obs = time.perf_counter()
                 if self.finish_reason is None:
                     self.source.observe(self.committed, pick, step.accepted, step.tokens,
-                                        self.step.hidden)
+                                        self.step.hidden, step.path)
                 obs_ms = (time.perf_counter() - t_obs) * 1e3  # drafter bookkeeping
                 self.stats.draft_ms += obs_ms
                 self.source.timed(pick, (time.perf_counter() - t_step) * 1e3)
                 if pick is not None and step.times is not None:
+                    tree = pick.proposal.parents is not None
                     rec = self.stats.round(
-                        proposed=pick.proposal.k, accepted=step.accepted, emitted=len(emitted),
-                        width=pick.width, copied=pick.copied, times=step.times,
-                        extra_draft_ms=obs_ms, t_ms=(time.perf_counter() - t_prefill) * 1e3,
-                        total_tokens=len(self.output), source=pick.source)
+                        proposed=pick.proposal.spine or pick.proposal.k, accepted=step.accepted,
+                        emitted=len(emitted), width=pick.width, copied=pick.copied,
+                        times=step.times, extra_draft_ms=obs_ms,
+                        t_ms=(time.perf_counter() - t_prefill) * 1e3,
+                        total_tokens=len(self.output), source=pick.source,
+                        tree_nodes=pick.proposal.k if tree else 0)
                     yield RoundEvent(rec)
                 if mem.due():
                     yield MemoryEvent(self.lease.memory(mem.sample()))

@@ -55,6 +55,10 @@ class GenerationRequest:
     ngram_max: int = 3
     adaptive: bool = True  # prompt lookup: pause proposing while it does not pay
     lookup_assist: bool = True  # model drafters: prompt lookup proposes copies of the context
+    # trees of candidates from the drafter's distribution: "off" (chains), "on" (where this
+    # machine's verify costs say they pay), "flat" (priced as if a verify of up to 64 tokens
+    # cost one step, as on a GPU: a measurement)
+    trees: str = "off"
     reuse_cache: bool = False  # continue from a kept conversation state (chat turns)
     conversation: str | None = None  # which chat this turn belongs to (for reuse_cache)
     # whose earlier replies drafters that keep them may propose from (one chat, one API key);
@@ -119,6 +123,9 @@ class RoundRecord:
     total_tokens: int  # output tokens so far
     copied: bool = False  # prompt lookup's copy from the context, beside a model drafter
     source: str = ""  # the kind that proposed it, when several take turns (auto)
+    # a tree round: its node count (0: a chain); ``proposed`` is then the drafter's chain in
+    # it and ``accepted`` how deep the accepted path went
+    tree_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,9 @@ class Timings:
     copy_n: int = 0
     copy_n_accepted: int = 0
     copy_rounds: int = 0
+    # of draft_rounds: rounds verified as trees, and how deep their accepted paths went
+    tree_rounds: int = 0
+    tree_depth_mean: float = 0.0
     draft_kind: str = OFF
     accept_len_mean: float = 0.0  # draft_n_accepted / draft_rounds
     acceptance_rate: float = 0.0  # draft_n_accepted / draft_n

@@ -53,7 +53,7 @@ class LoopStats:
 
     def round(self, *, proposed: int, accepted: int, emitted: int, width: int, copied: bool,
               times: StepTimes, extra_draft_ms: float, t_ms: float,
-              total_tokens: int, source: str = "") -> RoundRecord:
+              total_tokens: int, source: str = "", tree_nodes: int = 0) -> RoundRecord:
         self.draft_n += proposed
         self.draft_acc += accepted
         rec = RoundRecord(
@@ -70,6 +70,7 @@ class LoopStats:
             t_ms=t_ms,
             total_tokens=total_tokens,
             source=source,
+            tree_nodes=tree_nodes,
         )
         self.rounds.append(rec)
         return rec
@@ -91,6 +92,8 @@ class LoopStats:
             copy_n=sum(r.proposed for r in self.rounds if r.copied),
             copy_n_accepted=sum(r.accepted for r in self.rounds if r.copied),
             copy_rounds=sum(r.copied for r in self.rounds),
+            tree_rounds=len(trees := [r for r in self.rounds if r.tree_nodes]),
+            tree_depth_mean=sum(r.accepted for r in trees) / len(trees) if trees else 0.0,
             draft_kind=self.kind,
             accept_len_mean=self.draft_acc / n_rounds if n_rounds else 0.0,
             acceptance_rate=self.draft_acc / self.draft_n if self.draft_n else 0.0,

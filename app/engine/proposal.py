@@ -26,6 +26,20 @@ class Proposal:
     q: mx.array | None = None  # (k, V_target) probabilities, stochastic drafters only
     draft_ms: float = 0.0  # host time spent building the proposal
     parents: tuple[int, ...] | None = None  # None: a chain
+    # (k, V_target) the drafter's own probabilities per node, kept when trees are grown from it
+    dist: mx.array | None = None
+    spine: int | None = None  # a tree grown from a chain: nodes 0..spine-1 are that chain
+
+    def drafted(self, path: tuple[int, ...] | None, accepted: int) -> tuple[Proposal, int]:
+        """What the drafter proposed and how much of it was accepted: a tree grown from the
+        drafter's chain (``spine``) reports that chain and the part of the path on it."""
+        if self.spine is None or path is None:
+            return self, accepted
+        n = 0
+        while n < len(path) and path[n] == n and n < self.spine:
+            n += 1
+        chain = Proposal(tokens=self.tokens[: self.spine], draft_ms=self.draft_ms)
+        return chain, n
 
     @property
     def k(self) -> int:

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from app.engine import sampling as sm
 from app.engine.drafters import lookup_assist
 from app.engine.drafters.base import Drafter
 from app.engine.drafters.lookup_assist import LookupAssist
-from app.engine.events import RULE_NONE, SamplingParams
+from app.engine.events import RULE_NONE, RULE_REJECTION, RULE_SAMPLE_MATCH, SamplingParams
 from app.engine.proposal import Proposal
 from app.engine.taps import Hidden, TapRequest
+from app.engine.tree_build import NodeBudget
 from app.engine.width import PolicyFactory, WidthPolicy
 from app.kinds import OFF
 
@@ -39,12 +41,18 @@ class Pick:
 
 class ProposalSource:
     def __init__(self, *, drafter: Drafter | None, rule: str, width: int,
-                 policy: WidthPolicy | None = None, assist: LookupAssist | None = None):
+                 policy: WidthPolicy | None = None, assist: LookupAssist | None = None,
+                 budget: NodeBudget | None = None):
+        """``budget``: grow trees from the drafter's chains where they pay (None: chains)."""
         self.drafter = drafter
         self.rule = rule if drafter is not None else RULE_NONE
         self.width = width if drafter is not None else 0
         self.policy = policy
         self.assist = assist
+        self.budget = budget if drafter is not None else None
+        self._trees_ok = False
+        if self.budget is not None and drafter is not None:
+            drafter.keep_dist = True
 
     @property
     def kind(self) -> str:
@@ -61,6 +69,8 @@ class ProposalSource:
 
     # -- per request ------------------------------------------------------------------
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
+        # a tree's branches would each need their own penalty history: chains then
+        self._trees_ok = self.budget is not None and not sm.make_processors(sampling)
         if self.assist is not None:
             self.assist.begin(prompt, sampling)
         return self.drafter.begin(prompt, sampling) if self.drafter is not None else []
@@ -88,20 +98,33 @@ class ProposalSource:
         proposal = self.drafter.propose(committed, k) if k > 0 else None
         if proposal is None or proposal.k == 0:
             return None
+        if self._trees_ok and self.budget is not None:
+            rates = self.policy.rates(proposal.k) if self.policy is not None else None
+            cost = self.policy.drafting_cost(proposal.k) if self.policy is not None else 0.0
+            grown = self.budget.grow(proposal, rates, context=len(committed), draft_cost=cost)
+            if grown is not proposal:  # its extra leaves are not draws from q: the walk rule
+                rule = RULE_SAMPLE_MATCH if self.rule == RULE_REJECTION else self.rule
+                return Pick(grown, rule, False, k)
         return Pick(proposal, self.rule, False, k)
 
-    def judged(self, pick: Pick, accepted: int) -> None:
-        """The verdict of a round (the policy's evidence, copies aside)."""
+    def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:
+        """The verdict of a round (the policy's evidence, copies aside); a tree's evidence is
+        its drafter's chain and how far along it the accepted ``path`` went."""
         if self.policy is not None and not pick.copied:
-            self.policy.observe(pick.proposal.k, accepted)
+            chain, on_chain = pick.proposal.drafted(path, accepted)
+            self.policy.observe(chain.k, on_chain)
 
     def observe(self, committed: list[int], pick: Pick | None, accepted: int,
-                new_tokens: list[int], hidden: Hidden | None) -> None:
-        """The tokens a step committed and the target rows it kept."""
+                new_tokens: list[int], hidden: Hidden | None,
+                path: tuple[int, ...] | None = None) -> None:
+        """The tokens a step committed and the target rows it kept (a tree: the drafter sees
+        its own chain, the accepted part of it, then the rest as committed text)."""
         if self.drafter is None:
             return
         copied = pick is not None and pick.copied
         proposal = pick.proposal if pick is not None else None
+        if proposal is not None and not copied:
+            proposal, accepted = proposal.drafted(path, accepted)
         # a copy round is committed text to the model drafter, not its proposal
         self.drafter.observe(committed, None if copied else proposal, accepted, new_tokens,
                              hidden)
@@ -115,12 +138,14 @@ class ProposalSource:
         if pick is not None and pick.copied:
             self.policy.observe_other()
         else:
-            self.policy.observe_time(pick.proposal.k if pick is not None else 0, ms)
+            k = 0 if pick is None else pick.proposal.spine or pick.proposal.k
+            self.policy.observe_time(k, ms)
 
 
 def for_drafter(drafter: Drafter | None, *, rule: str, width: int, lookup: bool = True,
                 policy: PolicyFactory | None = WidthPolicy,
-                verify_slope: float | None = None) -> ProposalSource:
+                verify_slope: float | None = None,
+                budget: NodeBudget | None = None) -> ProposalSource:
     """The usual source: ``drafter`` sized by a ``policy`` (when it adapts its width), with
     prompt lookup's copies beside a model drafter (``lookup``)."""
     chosen: WidthPolicy | None = None
@@ -129,4 +154,4 @@ def for_drafter(drafter: Drafter | None, *, rule: str, width: int, lookup: bool 
         if verify_slope is not None:
             chosen.set_costs(verify_slope=verify_slope)
     return ProposalSource(drafter=drafter, rule=rule, width=width, policy=chosen,
-                          assist=lookup_assist.for_drafter(drafter, lookup))
+                          assist=lookup_assist.for_drafter(drafter, lookup), budget=budget)

@@ -37,7 +37,7 @@ from mlx_lm.models.cache import (
 )
 
 from app.checkpoints.rewind_rules import config_problem, reason  # noqa: F401 - one verdict
-from app.engine import recurrent
+from app.engine import recurrent, tree_pass
 from app.engine.mlx_types import flat_arrays
 from app.engine.proposal import Proposal
 from app.errors import DraftPairError
@@ -192,8 +192,11 @@ class Rollback:
              path: tuple[int, ...]) -> None:
         """A verify pass fed the ``n_pending`` pending tokens then ``proposal``'s nodes; keep
         the pending tokens and the nodes on the accepted ``path``."""
-        if path != tuple(range(len(path))) or not proposal.is_chain:
-            raise NotImplementedError("keeping a tree's path needs a gather of its rows")
+        if not proposal.is_chain:
+            assert self.method == TRIM, "one-pass trees run on plain KV caches only"
+            self._rec = self._snap = None
+            tree_pass.keep_path(cache, n_pending, proposal.k, path)
+            return
         self.rewind(cache, fed, keep=n_pending + len(path))
 
     def rewind(self, cache: list[Any], tokens: mx.array, keep: int) -> None:

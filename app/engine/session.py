@@ -28,7 +28,7 @@ import mlx.core as mx
 from app import kinds
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
-from app.engine import auto_build, proposals, rollback
+from app.engine import auto_build, proposals, rollback, tree_build
 from app.engine import context as limits
 from app.engine.auto_policy import Memory
 from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
@@ -64,6 +64,7 @@ from app.engine.reuse import ConversationLease
 from app.engine.suffix_memory import DEFAULT_CAP_BYTES as DEFAULT_REPLY_MEMORY
 from app.engine.suffix_memory import SuffixMemory
 from app.engine.taps import TapRequest
+from app.engine.tree_build import NodeBudget
 from app.engine.validation import token_problem, validate
 from app.engine.verify import choose_rule
 from app.engine.width import DEFAULT_VERIFY_SLOPE, PolicyFactory, WidthPolicy
@@ -345,7 +346,9 @@ class Session:
                     if plugin.proposes else RULE_NONE)
             source = proposals.for_drafter(drafter, rule=rule, width=width,
                                            lookup=req.lookup_assist, policy=self.width_policy,
-                                           verify_slope=verify_slope)
+                                           verify_slope=verify_slope,
+                                           budget=self._node_budget(req, drafter,
+                                                                    verify_slope))
         fresh = make_cache(self.target)
         lease = (ConversationLease(self.prompt_cache, self.target, prompt, fresh, drafter, width,
                                    req.conversation, keep_taps=self._keep_taps(req))
@@ -357,6 +360,20 @@ class Session:
                 ev = dataclasses.replace(ev, timings=dataclasses.replace(
                     ev.timings, warmup_ms=round(warmup_ms, 1), sources_left_out=left_out))
             yield ev
+
+    def _node_budget(self, req: GenerationRequest, drafter: Drafter | None,
+                     verify_slope: float | None) -> NodeBudget | None:
+        """Trees where the request asks for them and the drafter has a distribution."""
+        if req.trees == "off" or drafter is None:
+            return None
+        if req.trees == "flat":  # drafters that size their own trees (Medusa) price them so too
+            drafter.set_verify_costs({n: tree_build.flat_cost()(n, 0) for n in range(1, 65)})
+            return NodeBudget(tree_build.flat_cost())
+        cal = self.calibration
+        if cal is not None:
+            return NodeBudget(cal.verify_cost)
+        return NodeBudget(tree_build.linear_cost(
+            verify_slope if verify_slope is not None else DEFAULT_VERIFY_SLOPE))
 
     def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
         """The target rows a kept conversation keeps: those of every drafter that reads the

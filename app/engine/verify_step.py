@@ -23,13 +23,15 @@ from typing import Any
 
 import mlx.core as mx
 
-from app.engine import prefill, rollback, taps
+from app.engine import prefill, rollback, taps, tree_pass
 from app.engine import sampling as sm
 from app.engine.events import SamplingParams
 from app.engine.loop_stats import StepTimes
+from app.engine.mlx_types import int_list
 from app.engine.models import LoadedModel
 from app.engine.proposal import Proposal
 from app.engine.taps import Hidden, TapRequest
+from app.engine.tree_verify import verify_tree
 from app.engine.verify import verify
 
 
@@ -41,6 +43,7 @@ class Step:
     accepted: int
     fed: int  # positions the target's cache gained (``hidden`` holds their rows)
     times: StepTimes | None = None  # a round's parts (None: a plain step)
+    path: tuple[int, ...] | None = None  # a tree round's accepted nodes (None: a chain)
 
 
 class TargetStep:
@@ -122,6 +125,8 @@ class TargetStep:
         return Step([t], 0, fed + 1)
 
     def round(self, proposal: Proposal, rule: str, committed: list[int]) -> Step:
+        if not proposal.is_chain:
+            return self.tree_round(proposal, rule, committed)
         started = time.perf_counter()
         mx.eval(proposal.tokens)
         t_verify = time.perf_counter()
@@ -148,3 +153,56 @@ class TargetStep:
                           verify=(t_roll - t_verify) * 1e3,
                           rollback=(time.perf_counter() - t_roll) * 1e3)
         return Step(verdict.kept, verdict.accepted, n_pending + len(verdict.path), times)
+
+    # -- trees (``app.engine.tree_pass``) -------------------------------------------------
+    def tree_method(self) -> str:
+        m: str | None = self.target.extra.get("tree_method")
+        if m is None:
+            m = tree_pass.method(self.target.model, self.cache)
+            if self.rollback.method != rollback.TRIM:
+                m = tree_pass.PATHS
+            self.target.extra["tree_method"] = m
+        return m
+
+    def tree_round(self, proposal: Proposal, rule: str, committed: list[int]) -> Step:
+        """Verify a tree: one pass with a tree mask, or its paths side by side then the kept
+        path fed again (``tree_pass``); the rules walk it (``tree_verify``)."""
+        assert proposal.parents is not None
+        if self.processors:
+            raise ValueError("tree proposals need sampling without logits processors")
+        started = time.perf_counter()
+        mx.eval(proposal.tokens)
+        t_verify = time.perf_counter()
+        n_pending = len(self.pending)
+        nodes = proposal.tokens.astype(mx.uint32)
+        one_pass = self.tree_method() == tree_pass.ONE_PASS
+        hidden: Hidden | None = None
+        if one_pass:
+            inputs = mx.concatenate([mx.array(self.pending, dtype=mx.uint32), nodes])
+            logits, hidden = tree_pass.forward_one_pass(
+                self.target.model, inputs, proposal.parents, n_pending, self.cache, self.taps)
+            rows = logits[n_pending - 1 :] if n_pending else logits
+        else:  # the root's row (when something is pending), then every node's
+            rows = tree_pass.forward_paths(self.target.model, self.pending, int_list(nodes),
+                                           proposal.parents, self.cache)
+        if not n_pending:
+            assert self.carry is not None
+            rows = mx.concatenate([self.carry, rows], axis=0)
+        verdict = verify_tree(rows, proposal, sampling=self.sampling, rule=rule)
+        t_roll = time.perf_counter()
+        if one_pass:
+            self.rollback.keep(self.cache, inputs, n_pending, proposal, verdict.path)
+            self.hidden = hidden.kept(n_pending, verdict.path) if hidden is not None else None
+        else:  # the cache is untouched: feed what the round keeps
+            fed = [*self.pending, *(verdict.proposals[i] for i in verdict.path)]
+            if fed:
+                _, hidden = self._forward(mx.array(fed, dtype=mx.uint32))
+                mx.eval(rollback.cache_arrays(self.cache))
+            self.hidden = (hidden if hidden is not None else Hidden()) if self.taps else None
+        self.pending = [verdict.token]
+        self.carry = None
+        times = StepTimes(draft=proposal.draft_ms + (t_verify - started) * 1e3,
+                          verify=(t_roll - t_verify) * 1e3,
+                          rollback=(time.perf_counter() - t_roll) * 1e3)
+        return Step(verdict.kept, verdict.accepted, n_pending + len(verdict.path), times,
+                    path=verdict.path)

@@ -54,6 +54,7 @@ class KindPlugin:
     suggest_bonus: float = 0.0  # preference when ranking the draft folders that pair
     aliases: tuple[str, ...] = ()  # other spellings the pairing check accepts
     keeps_replies: bool = False  # proposes from earlier replies kept per scope (chat, API key)
+    grows_trees: bool = False  # its proposals carry a distribution that trees grow from
     # the bench's goals for it: (name suffix, what, baseline "off" | "peer", task kinds or
     # None for all, speed-up to reach)
     bench_goals: tuple[tuple[str, str, str, tuple[str, ...] | None, float], ...] = ()

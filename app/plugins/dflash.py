@@ -28,6 +28,7 @@ class DFlash(KindPlugin):
                    "in one step, reading the model's own state.")
     technical = "DFlash"
     default_width = 16
+    grows_trees = True
     needs_draft_folder = True
     needs_taps = True
     stochastic = True

@@ -42,6 +42,18 @@ class Eagle3(KindPlugin):
     def draft_findings(self, t: CheckpointInfo, d: CheckpointInfo, out: FindingList) -> None:
         eagle3_findings(t, d, out)
 
+    def draft_kv_bytes(self, t: CheckpointInfo, d: CheckpointInfo | None,
+                       context: int) -> int | None:
+        """Its layer's K/V (the settings sit under ``transformer_layer_config`` in the
+        speculators layout, where a plain reading finds none)."""
+        e = d.eagle3 if d is not None else None
+        if not e or not e.get("num_key_value_heads") or not e.get("head_dim"):
+            return None
+        dtype = d.dtype if d is not None else None
+        width = 4 if dtype == "float32" else 2
+        return int(2 * e["num_hidden_layers"] * e["num_key_value_heads"] * e["head_dim"]
+                   * width * context)
+
     def folder_reason(self, ratio: float | None) -> str:
         return "An EAGLE-3 drafter made for this target."
 

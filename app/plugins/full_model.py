@@ -24,6 +24,7 @@ class FullModel(KindPlugin):
                    "large one checks them all at once.")
     technical = "full-model draft (a small causal LM with its own KV cache)"
     default_width = 4
+    grows_trees = True
     needs_draft_folder = True
     folder_fallback = True  # any causal LM folder no other kind claims
     stochastic = True

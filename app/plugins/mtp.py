@@ -26,6 +26,7 @@ class MTP(KindPlugin):
                    "next one; no separate draft model.")
     technical = "MTP"
     default_width = 4
+    grows_trees = True
     needs_taps = True
     stochastic = True
 

@@ -69,6 +69,9 @@ def reply_stats(done: Any, requested_kind: str) -> dict[str, Any]:
         "copy_accepted": copied_accepted(done),
         # auto speculation: per source rounds / drafted / accepted, and the plain steps
         "sources": dict(getattr(t, "sources", None) or {}),
+        # rounds verified as trees of candidates, and how deep their accepted paths went
+        "tree_rounds": int(getattr(t, "tree_rounds", 0) or 0),
+        "tree_depth_mean": round(float(getattr(t, "tree_depth_mean", 0.0) or 0.0), 2),
     }
     stats["line"] = stats_line(stats)
     return stats
@@ -103,6 +106,9 @@ def stats_line(s: dict[str, Any]) -> str:
         if s.get("copy_accepted"):
             parts.append(f"{s['copy_accepted']} of them copied from the context")
         parts.append(f"mean accepted {s.get('accept_len_mean', 0):.2f}/round")
+        if s.get("tree_rounds"):
+            parts.append(f"{s['tree_rounds']} rounds as trees, accepted path "
+                         f"{s.get('tree_depth_mean', 0):.2f} deep")
     parts.append(KIND_LABELS.get(kind, kind) if not kinds.is_off(kind) else "no speculation")
     if s.get("sources"):
         parts[-1] += f" ({shares_line(s['sources'])})"

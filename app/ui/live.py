@@ -77,6 +77,7 @@ class LiveSnapshot:
     prompt_cache_bytes: int = 0  # kept conversation states
     # auto speculation: the sources of the rounds, by the code in ``rounds``' 4th column
     sources: tuple[str, ...] = ()
+    trees: tuple[int, float] = (0, 0.0)  # rounds verified as trees, their mean path depth
 
 
 @dataclass
@@ -97,6 +98,8 @@ class LiveRun:
         self._decode_t0: float | None = None
         self._tokens = 0
         self._accepted_sum = 0
+        self._tree_rounds = 0
+        self._tree_depth_sum = 0
         self._stage = "waiting"
         self._pressure: str | None = None
         self._peak = 0
@@ -152,10 +155,16 @@ class LiveRun:
             windowed = len(self._token_times) / RATE_WINDOW_S
             self.rate.append((t, windowed, cumulative))
 
-    def on_round(self, index: int, accepted: int, source: str = "") -> None:
+    def on_round(self, index: int, accepted: int, source: str = "",
+                 tree_nodes: int = 0) -> None:
+        """A round's accepted tokens (a tree round: ``tree_nodes`` > 0, ``accepted`` is how
+        deep its accepted path went)."""
         with self._lock:
             self._version += 1
             self._accepted_sum += accepted
+            if tree_nodes:
+                self._tree_rounds += 1
+                self._tree_depth_sum += accepted
             n = self.rounds.written + 1
             code = -1
             if source:
@@ -227,4 +236,6 @@ class LiveRun:
                 context=self._context,
                 prompt_cache_bytes=self._cache_bytes,
                 sources=tuple(self._sources),
+                trees=(self._tree_rounds,
+                       self._tree_depth_sum / self._tree_rounds if self._tree_rounds else 0.0),
             )

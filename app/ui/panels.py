@@ -280,7 +280,11 @@ class LivePanels(QWidget):
                 rate.append(f"{prefix}{s.stage}…" if not s.done else f"{prefix}no tokens")
             if len(s.rounds):
                 last = s.rounds[-1]
-                acc.append(f"{prefix}{int(last[0]) + 1} rounds · mean {last[2]:.2f} accepted/round")
+                trees = getattr(s, "trees", (0, 0.0))
+                tree_note = (f" · {trees[0]} as trees, accepted path {trees[1]:.2f} deep"
+                             if trees[0] else "")
+                acc.append(f"{prefix}{int(last[0]) + 1} rounds · mean {last[2]:.2f} "
+                           f"accepted/round{tree_note}")
             else:
                 acc.append(f"{prefix}no speculative rounds")
             if len(s.memory):

@@ -185,7 +185,8 @@ class EngineWorker(QObject):
                     # a remote piece without a token id still is one streamed token
                     live.on_token(ev.text, ev.from_draft, counts=ev.token_id >= 0 or remote)
                 elif isinstance(ev, RoundEvent):
-                    live.on_round(ev.record.index, ev.record.accepted, ev.record.source)
+                    live.on_round(ev.record.index, ev.record.accepted, ev.record.source,
+                                  ev.record.tree_nodes)
                 elif isinstance(ev, MemoryEvent):
                     m = ev.sample
                     live.on_memory(

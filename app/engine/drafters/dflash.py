@@ -294,20 +294,23 @@ class DFlashDrafter(Drafter):
             conf = mx.take_along_axis(probs, picks[:, None], axis=-1)[:, 0]
         else:
             picks = mx.argmax(logits, axis=-1)
-            conf = mx.max(mx.softmax(logits, axis=-1), axis=-1)
+            probs = mx.softmax(logits, axis=-1)
+            conf = mx.max(probs, axis=-1)
         tokens = self._to_target_ids(picks).astype(mx.uint32)
         if self.adaptive:
             mx.eval(tokens, conf)
             k = self.choose_width(float_list(conf), pending)
             tokens = tokens[:k]
-            if self.stochastic:
-                probs = probs[:k]
-        if self.stochastic:
-            q = self._to_target_probs(probs)
+            probs = probs[:k]
+        dist = None
+        if self.stochastic or self.keep_dist:
+            dist = self._to_target_probs(probs[:k])
+            q = dist if self.stochastic else None
         mx.async_eval(tokens, *([q] if q is not None else []))
         self.rounds += 1
         self.proposed += k
-        return Proposal(tokens=tokens, q=q, draft_ms=(time.perf_counter() - started) * 1e3)
+        return Proposal(tokens=tokens, q=q, dist=dist,
+                        draft_ms=(time.perf_counter() - started) * 1e3)
 
     def verify_cost(self, n: int) -> float:
         """A target pass over ``n`` tokens, in plain steps (measured at warm-up)."""

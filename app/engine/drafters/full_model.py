@@ -187,6 +187,9 @@ class FullModelDrafter(Drafter):
                 qs.append(self.head.to_target_probs(probs))
             else:
                 d = mx.argmax(logits, axis=-1)
+                if self.keep_dist:
+                    qs.append(self.head.to_target_probs(
+                        mx.softmax(logits.astype(mx.float32), axis=-1)))
             y = self.head.to_target_ids(d).astype(mx.uint32)
             tokens.append(y)
             if self.confidence_stop and j < k - 1:
@@ -198,9 +201,11 @@ class FullModelDrafter(Drafter):
                     break
             else:
                 mx.async_eval(y)
+        dist = mx.concatenate(qs, axis=0) if qs else None
         proposal = Proposal(
             tokens=mx.concatenate(tokens),
-            q=mx.concatenate(qs, axis=0) if qs else None,
+            q=dist if self.stochastic else None,
+            dist=dist,
             draft_ms=(time.perf_counter() - started) * 1e3,
         )
         return proposal

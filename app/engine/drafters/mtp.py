@@ -134,6 +134,9 @@ class MTPDrafter(Drafter):
 
     def _pick(self, logits: mx.array, qs: list[mx.array]) -> mx.array:
         if not self.stochastic:
+            if self.keep_dist:
+                qs.append(self.bound.to_target_probs(
+                    mx.softmax(logits.astype(mx.float32), axis=-1), self.target_vocab))
             return mx.argmax(logits, axis=-1)
         scaled = sm.scaled_logits(logits.astype(mx.float32), self.sampling)
         qs.append(self.bound.to_target_probs(mx.softmax(scaled, axis=-1), self.target_vocab))
@@ -156,7 +159,8 @@ class MTPDrafter(Drafter):
             tokens.append(self.bound.to_target_ids(self._pick(logits, qs)).astype(mx.uint32))
         out = mx.concatenate(tokens)
         mx.async_eval(out)
-        return Proposal(tokens=out, q=mx.concatenate(qs, axis=0) if qs else None,
+        dist = mx.concatenate(qs, axis=0) if qs else None
+        return Proposal(tokens=out, q=dist if self.stochastic else None, dist=dist,
                         draft_ms=(time.perf_counter() - started) * 1e3)
 
     def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,

@@ -71,8 +71,15 @@ def test_second_process_with_a_kept_table_starts_at_plain_speed(data_dir):
     (table,) = (data_dir / "calibration").glob("*.json")
     kept = table.read_bytes()
 
-    plain_s, _ = _first_token_s(data_dir, "none")
-    mtp_s, err = _first_token_s(data_dir, "mtp")
+    # A B B A, the fastest of each: other programs on the machine slow single runs, not both
+    runs: dict[str, list[float]] = {"none": [], "mtp": []}
+    errs = []
+    for kind in ("none", "mtp", "mtp", "none"):
+        took, err = _first_token_s(data_dir, kind)
+        runs[kind].append(took)
+        errs.append(err)
+    plain_s, mtp_s = min(runs["none"]), min(runs["mtp"])
+    err = "".join(errs)
     print(f"\nfirst process with the MTP head: TTFT {timings['ttft_ms'] / 1e3:.1f} s, of which "
           f"{timings['warmup_ms'] / 1e3:.1f} s measuring this computer")
     print(f"process start to first token: plain {plain_s:.2f} s, MTP head with the kept "

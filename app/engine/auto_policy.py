@@ -12,7 +12,10 @@ costs more, and more with a longer context). A plain step yields one token for o
 source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
 the source with the best one-token value with a single proposal (a failed probe doubles the
 interval up to ``probe_max``, an accepted one resets it), so a source that starts agreeing
-again is noticed. Each plain step ages every source's evidence a little toward its prior.
+again is noticed. Each plain step ages every source's evidence a little toward its prior, and
+a source with little evidence is valued a little above it (``EXPLORE``), so each gets tried.
+What a source's rounds really take beyond the model (sampling, the verdict, its bookkeeping)
+is measured per source and added to its cost.
 
 The choice reads only what is already committed (the evidence of earlier rounds) and measured
 costs, never the target's output for the round being chosen, so each round's own acceptance
@@ -25,12 +28,14 @@ conversation), so a chat that copies a file keeps preferring copies from its fir
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PRIOR_RATE = 0.6  # a source's first proposal's acceptance before any is observed
-PRIOR_WEIGHT = 1.0  # in observed rounds
+PRIOR_WEIGHT = 2.0  # in observed rounds (one missed round does not condemn a source)
+EXPLORE = 0.15  # optimism for a source with little evidence: rate + EXPLORE / sqrt(1 + rounds)
 DECAY = 0.9  # weight of older rounds of the same source
 PLAIN_DECAY = 0.97  # every plain step ages every source's evidence
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
@@ -46,9 +51,17 @@ class Evidence:
     reached: list[float] = field(default_factory=list)
     hits: list[float] = field(default_factory=list)
 
-    def rates(self, n: int) -> list[float]:
+    @property
+    def rounds(self) -> float:
+        """Decayed count of this source's rounds (how much evidence there is)."""
+        return self.reached[0] if self.reached else 0.0
+
+    def rates(self, n: int, bonus: float = 0.0) -> list[float]:
         """Acceptance of the first ``n`` proposals, each given the ones before it; a depth's
-        prior is the rate of the depth before it (a later proposal is never assumed better)."""
+        prior is the rate of the depth before it (a later proposal is never assumed better).
+        ``bonus``: added to each rate (optimism while evidence is thin)."""
+        if bonus:
+            return [min(r + bonus, 0.999) for r in self.rates(n)]
         out, prior = [], self.prior
         for j in range(n):
             reached = self.reached[j] if j < len(self.reached) else 0.0
@@ -117,8 +130,7 @@ class AutoPolicy:
         self.plain_streak = 0
         self.probing = False
         self.step_ms: float | None = None
-        self.overhead = 0.0
-        self.overhead_n = 0
+        self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
 
     # -- values -----------------------------------------------------------------------
     def round_cost(self, source: str, k: int, context: int) -> float:
@@ -127,7 +139,8 @@ class AutoPolicy:
             return 1.0
         cost = self.draft_cost.get(source)
         drafting = max(0.0, cost(k)) if cost is not None else 0.0
-        return max(1.0, self.verify_cost(k + 1, context) + drafting + self.overhead)
+        return max(1.0, self.verify_cost(k + 1, context) + drafting
+                   + self.overhead.get(source, 0.0))
 
     def value(self, source: str, k: int, context: int, rates: list[float] | None = None) -> float:
         """Expected committed tokens per plain step of a round of ``k`` (0: a plain step)."""
@@ -136,12 +149,18 @@ class AutoPolicy:
         rates = rates if rates is not None else self.evidence[source].rates(k)
         return expected_tokens(rates, k) / self.round_cost(source, k, context)
 
+    def hopeful_rates(self, source: str, n: int) -> list[float]:
+        """The rates the choice weighs: a little optimism while a source's evidence is thin,
+        so one missed round does not shut it out for the rest of the reply."""
+        ev = self.evidence[source]
+        return ev.rates(n, bonus=EXPLORE / math.sqrt(1.0 + ev.rounds))
+
     def best(self, source: str, k_max: int, context: int) -> tuple[int, float]:
         """The width (at most ``k_max``) with the best value for ``source``, and that value."""
         k_max = min(k_max, self.widths.get(source, 0))
         if k_max <= 0:
             return 0, 1.0
-        rates = self.evidence[source].rates(k_max)
+        rates = self.hopeful_rates(source, k_max)
         return max(((k, self.value(source, k, context, rates)) for k in range(1, k_max + 1)),
                    key=lambda kv: kv[1])
 
@@ -159,7 +178,8 @@ class AutoPolicy:
                 continue
             if name in fixed:
                 k = min(fixed[name], room)
-                v = self.value(name, k, context) if k > 0 else 1.0
+                v = (self.value(name, k, context, self.hopeful_rates(name, k)) if k > 0
+                     else 1.0)
             else:
                 k, v = self.best(name, room, context)
             if k > 0 and (best is None or v > best.value):
@@ -203,13 +223,11 @@ class AutoPolicy:
             return
         if not self.step_ms:
             return
-        saved, self.overhead = self.overhead, 0.0
+        saved = self.overhead.pop(source, None)
         modelled = self.round_cost(source, k, context)
-        self.overhead = saved
         excess = min(max(ms / self.step_ms - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
-        self.overhead = excess if self.overhead_n == 0 else (
-            (1 - TIME_WEIGHT) * self.overhead + TIME_WEIGHT * excess)
-        self.overhead_n += 1
+        self.overhead[source] = excess if saved is None else (
+            (1 - TIME_WEIGHT) * saved + TIME_WEIGHT * excess)
 
 
 class Memory:

@@ -111,3 +111,4 @@ def test_another_target_is_refused_in_one_sentence(root, pair):
     assert "Gemma 4 assistant" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(DraftPairError, match="Gemma 4 assistant"):
         Session().load_target(pair[1])
+    assert "target.is_gemma4_assistant" in {f.code for f in check(pair[1]).blockers}

@@ -247,3 +247,59 @@ def test_budget_grows_trees_only_where_they_pay():
     tree_v = tree_build.expected_tokens_per_cost(
         [0.5] * 4, [tree_build.Leaf(0, 10, 0.4)], verify_cost=lambda n: 1.0, draft_cost=0.2)
     assert tree_v > chain_v
+
+
+# -- trees from the MTP head and from DFlash's block pass ----------------------------------
+
+
+def _tree_run(s: Session, prompt: tuple[int, ...], kind: str, trees: str) -> DoneEvent:
+    done = list(s.generate(GenerationRequest(
+        prompt_tokens=prompt, chat=False, max_tokens=24, draft_kind=kind, trees=trees,
+        allow_fallback=False, lookup_assist=False, memory_interval_s=1e9)))[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
+    return done
+
+
+def test_mtp_head_trees_greedy_identical_to_plain(tmp_path):
+    """A hybrid (Gated DeltaNet) target with its MTP head: trees verified paths side by side,
+    the head's own state kept along its chain."""
+    from tests.builders_mtp import make_qwen3_5_checkpoint
+
+    s = Session()
+    s.load_target(make_qwen3_5_checkpoint(tmp_path / "q35"))
+    prompt = (5, 17, 42, 99, 7, 150, 23, 64)
+    plain = _tree_run(s, prompt, "none", "off")
+    flat = _tree_run(s, prompt, "mtp", "flat")
+    assert flat.token_ids == plain.token_ids
+    assert flat.timings.fallback is None and flat.timings.tree_rounds > 0
+
+
+def test_dflash_trees_branch_at_any_depth_and_stay_exact(tmp_path):
+    """DFlash's per-position distributions grow best-first trees (DDTree): nodes under the
+    runner-ups too, not only beside the chain."""
+    from app.engine import proposals
+    from tests import builders_dflash as bd
+
+    target, drafter = bd.make_pair(tmp_path, "2026")
+    s = Session()
+    s.load_target(target)
+    s.load_draft(drafter)
+    seen: list[Proposal] = []
+    real = proposals.NodeBudget.grow
+
+    def grow(self, proposal, *a, **kw):
+        out = real(self, proposal, *a, **kw)
+        seen.append(out)
+        return out
+
+    proposals.NodeBudget.grow = grow  # type: ignore[method-assign]
+    try:
+        plain = _tree_run(s, bd.PROMPT, "none", "off")
+        flat = _tree_run(s, bd.PROMPT, "dflash", "flat")
+    finally:
+        proposals.NodeBudget.grow = real  # type: ignore[method-assign]
+    assert flat.token_ids == plain.token_ids
+    assert flat.timings.tree_rounds > 0
+    trees = [p for p in seen if p.parents is not None]
+    deep = [p for p in trees if any(par >= (p.spine or 0) for par in p.parents)]
+    assert deep, "some node hangs under a node off the chain"

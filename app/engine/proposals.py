@@ -101,7 +101,8 @@ class ProposalSource:
         if self._trees_ok and self.budget is not None:
             rates = self.policy.rates(proposal.k) if self.policy is not None else None
             cost = self.policy.drafting_cost(proposal.k) if self.policy is not None else 0.0
-            grown = self.budget.grow(proposal, rates, context=len(committed), draft_cost=cost)
+            grown = self.budget.grow(proposal, rates, context=len(committed), draft_cost=cost,
+                                     marginals=self.drafter.marginals)
             if grown is not proposal:  # its extra leaves are not draws from q: the walk rule
                 rule = RULE_SAMPLE_MATCH if self.rule == RULE_REJECTION else self.rule
                 return Pick(grown, rule, False, k)

@@ -119,10 +119,13 @@ class NodeBudget:
         self.chains = 0
 
     def grow(self, proposal: Proposal, rates: Sequence[float] | None = None, *,
-             context: int = 0, draft_cost: float = 0.0, n_pending: int = 1) -> Proposal:
+             context: int = 0, draft_cost: float = 0.0, n_pending: int = 1,
+             marginals: bool = False) -> Proposal:
         """``proposal`` with the leaves that pay (itself when none does). ``rates``: the
         measured acceptance per depth (the drafter's own probabilities are scaled to it);
-        ``draft_cost``: what drafting the chain cost, in plain steps."""
+        ``draft_cost``: what drafting the chain cost, in plain steps. ``marginals``: the
+        drafter's per-node distributions do not depend on the nodes before (DFlash), so a
+        deterministic chain grows into DDTree's best-first tree, branching at any depth."""
         if proposal.dist is None or proposal.k == 0 or not proposal.is_chain:
             return proposal
         dist = proposal.dist.astype(mx.float32)
@@ -136,6 +139,9 @@ class NodeBudget:
                  if rates is not None else None)
         spine_probs = [min(o * (scale[d] if scale and d < len(scale) else 1.0), 0.999)
                        for d, o in enumerate(own)]
+        if marginals and proposal.q is None:
+            return self._best_first(proposal, spine, int_rows(top), float_rows(top_p), scale,
+                                    context=context, draft_cost=draft_cost, n_pending=n_pending)
         pool = candidates(spine, int_rows(top), float_rows(top_p), self.per_depth, scale)
         leaves = shape(spine_probs, pool, verify_cost=lambda n: self.cost_at(n, context),
                        draft_cost=draft_cost, max_nodes=self.max_nodes,
@@ -145,6 +151,29 @@ class NodeBudget:
             return proposal
         self.trees += 1
         return with_leaves(proposal, leaves)
+
+
+    def _best_first(self, proposal: Proposal, spine: list[int], top: list[list[int]],
+                    top_p: list[list[float]], scale: Sequence[float] | None, *, context: int,
+                    draft_cost: float, n_pending: int) -> Proposal:
+        ranked_t: list[list[int]] = []
+        ranked_p: list[list[float]] = []
+        for d, (toks, ps) in enumerate(zip(top, top_p, strict=True)):
+            s = scale[d] if scale is not None and d < len(scale) else 1.0
+            pairs = sorted(zip(toks, ps, strict=True), key=lambda tp: tp[1], reverse=True)
+            # the chain's own token first (it is the argmax: a deterministic drafter's pick)
+            pairs.sort(key=lambda tp: tp[0] != spine[d])
+            ranked_t.append([t for t, _ in pairs])
+            ranked_p.append([min(p * s, 0.999) for _, p in pairs])
+        tokens, parents, values = best_first(ranked_t, ranked_p, self.max_nodes)
+        n = best_size(values, lambda m: self.cost_at(m, context), draft_cost=draft_cost,
+                      n_pending=n_pending, at_least=1)
+        if n <= proposal.k:
+            self.chains += 1
+            return proposal
+        self.trees += 1
+        return Proposal(tokens=mx.array(tokens[:n], dtype=mx.uint32), draft_ms=proposal.draft_ms,
+                        parents=tuple(parents[:n]), spine=proposal.k)
 
 
 def linear_cost(slope: float) -> Callable[[int, int], float]:

@@ -32,6 +32,9 @@ class Drafter(abc.ABC):
     kind: str = "?"
     stochastic: bool = False  # samples proposals -> Proposal.q, rejection sampling
     keep_dist: bool = False  # set when trees grow from its chains: fill ``Proposal.dist``
+    # its per-node distributions do not depend on the nodes before (one block pass): a tree
+    # may branch anywhere, not only beside its chain
+    marginals: bool = False
     taps: TapRequest | None = None  # hidden states it reads (None: none)
     block: bool = False  # True: k proposals cost one drafter pass (DFlash)
     adaptive_width: bool = True  # the loop's width policy sizes the rounds (app.engine.width)

@@ -189,6 +189,7 @@ def make(ctx: DrafterContext) -> DFlashDrafter:
 
 class DFlashDrafter(Drafter):
     block = True
+    marginals = True  # one block pass: per-position distributions (DDTree's trees)
     step_cost = 0.15  # until the session measures it at warm-up
 
     def __init__(self, target: LoadedModel, assets: DFlashAssets, *, adaptive: bool = True,

@@ -137,3 +137,15 @@ def test_overhead_is_measured_per_source():
     p.observe_time("dflash", 3, 400.0, 100)  # a dear round: more than its model says
     assert p.overhead["dflash"] > 0 and "mtp" not in p.overhead
     assert p.round_cost("dflash", 3, 100) > p.round_cost("mtp", 3, 100)
+
+
+def test_a_copy_that_was_not_chosen_still_teaches():
+    p = policy(cpu_like, {"mtp": 0.6})
+    p.evidence["prompt-lookup"] = Evidence()
+    p.widths["prompt-lookup"] = 8
+    for _ in range(10):
+        p.observe_unused("prompt-lookup", 3, 0)  # its copies disagreed with what was committed
+    assert p.evidence["prompt-lookup"].rates(1)[0] < 0.2
+    for _ in range(20):
+        p.observe_unused("prompt-lookup", 2, 2)  # agreed with every token committed
+    assert p.evidence["prompt-lookup"].rates(2)[1] > 0.8

@@ -214,6 +214,14 @@ class AutoPolicy:
         if ev is not None:
             ev.observe(proposed, accepted)
 
+    def observe_unused(self, source: str, proposed: int, accepted: int) -> None:
+        """A proposal that was found but not verified (a copy another source beat), scored
+        against the tokens the step committed: as many of its tokens as the step committed
+        are compared, so a copy that agreed with all of them is not counted as missing."""
+        ev = self.evidence.get(source)
+        if ev is not None:
+            ev.observe(proposed, accepted)
+
     def observe_time(self, source: str | None, k: int, ms: float, context: int) -> None:
         """Wall time of one step: a plain one (``source`` None) or a round of ``k``. Every
         step is one target pass here (plain steps are not pipelined beside drafters)."""

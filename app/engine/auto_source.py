@@ -111,6 +111,8 @@ class AutoSource(ProposalSource):
         self.members = {m.name: m for m in members}
         self.auto = policy
         self.context = 0
+        # copies found this step but not chosen: scored against what the step commits
+        self.unused: dict[str, list[int]] = {}
 
     @property
     def members_named(self) -> tuple[str, ...]:
@@ -132,6 +134,8 @@ class AutoSource(ProposalSource):
                     absent.add(m.name)
         choice = self.auto.choose(room, self.context, fixed={n: p.k for n, p in found.items()},
                                   absent=frozenset(absent))
+        self.unused = {n: [int(t) for t in p.tokens.tolist()]  # type: ignore[union-attr, arg-type]
+                       for n, p in found.items() if choice is None or n != choice.source}
         if choice is None:
             return None
         m = self.members[choice.source]
@@ -157,6 +161,12 @@ class AutoSource(ProposalSource):
             proposal, accepted = proposal.drafted(path, accepted)
         self.fleet.observe(committed, proposal, accepted, new_tokens, hidden,
                            proposer=pick.source if pick is not None else None)
+        for name, tokens in self.unused.items():  # free evidence: what the copy would have got
+            n = min(len(tokens), len(new_tokens))
+            hit = next((i for i in range(n) if tokens[i] != new_tokens[i]), n)
+            if n > 0:
+                self.auto.observe_unused(name, n, hit)
+        self.unused = {}
 
     def timed(self, pick: Pick | None, ms: float) -> None:
         if pick is None:

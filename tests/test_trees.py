@@ -242,6 +242,9 @@ def test_budget_grows_trees_only_where_they_pay():
     assert not flat.is_chain and flat.spine == 4 and flat.k > 4
     steep = tree_build.NodeBudget(tree_build.linear_cost(0.5)).grow(prop)
     assert steep is prop  # a verify that grows half a step per token: no leaf pays
+    # flat, but a tree round costs a whole step more than its pass: the chain stays
+    dear = tree_build.NodeBudget(tree_build.flat_cost(), tree_overhead=1.0).grow(prop)
+    assert dear is prop
     chain_v = tree_build.expected_tokens_per_cost(
         [0.5] * 4, [], verify_cost=lambda n: 1.0, draft_cost=0.2)
     tree_v = tree_build.expected_tokens_per_cost(

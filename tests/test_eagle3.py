@@ -227,8 +227,8 @@ def test_a_drafter_is_not_a_chat_model(pairs):
 
 @pytest.fixture(scope="module")
 def trained(root, pairs) -> Path:
-    """A full-vocabulary speculators drafter trained (teacher-forced, next-next token from
-    the target's rows) on the tiny target's own greedy replies."""
+    """A full-vocabulary speculators drafter trained with the training-time test (two steps)
+    on the tiny target's own greedy replies."""
     import random
 
     import mlx.core as mx
@@ -257,17 +257,22 @@ def trained(root, pairs) -> Path:
         ids = prompt + reply
         seqs.append((ids, mx.array(sc.rows_for(t.model, ids, cap))))
 
-    def loss_fn(m, tokens, rows, targets):
-        h = m(embed(tokens)[None], m.project(rows)[None], 1, m.make_cache())
-        return nn.losses.cross_entropy(m.logits(h)[0], targets, reduction="mean")
+    depth = 2  # the paper's training-time test: the second step reads the first's output
+
+    def loss_fn(m, ids, rows):
+        n = len(ids) - 1 - depth
+        embeds = [embed(mx.array(ids[1 + j: n + 1 + j])) for j in range(depth)]
+        steps = m.train_steps(embeds, rows[:n])
+        # row p of step j predicts the token at position p + 2 + j
+        return sum(nn.losses.cross_entropy(m.logits(st), mx.array(ids[2 + j: n + 2 + j]),
+                                           reduction="mean") for j, st in enumerate(steps))
 
     grad = nn.value_and_grad(net, loss_fn)
     opt = optim.Adam(learning_rate=3e-3)
     first = last = None
     for step in range(200):
         ids, rows = seqs[step % len(seqs)]
-        # pair (row i, token i + 1) predicts token i + 2
-        loss, g = grad(net, mx.array(ids[1:-1]), rows[:-2], mx.array(ids[2:]))
+        loss, g = grad(net, ids, rows)
         opt.update(net, g)
         mx.eval(loss, net.parameters(), opt.state)
         first = float(loss) if first is None else first
@@ -330,3 +335,39 @@ def test_a_gemma4_target_drafts_exactly(root):
     spec = _generate(s, s.draft_kind, max_tokens=30)
     assert spec.token_ids == plain.token_ids
     assert spec.timings.fallback is None and spec.timings.draft_rounds > 0
+
+
+def test_training_time_test_is_the_drafting_pass(pairs):
+    """Step j of the training pass for the chain started at the end of the prompt computes
+    what j chained drafting steps compute (with the true tokens as the chain's inputs)."""
+    import mlx.core as mx
+
+    from app.engine.drafters.eagle3 import Eagle3Drafter, load
+    from app.engine.events import SamplingParams
+    from app.engine.models import load_model
+    from app.engine.taps import Hidden
+
+    t = load_model(pairs["target"])
+    assets = load(pairs["speculators"], t)
+    net = assets.weights.model
+    seq = list(sc.PROMPT) + [40, 77, 91, 12]
+    rows = mx.array(sc.rows_for(t.model, seq, assets.capture))
+    embed = t.model.model.embed_tokens
+    n = len(seq) - 3  # chains of three steps fit
+    embeds = [embed(mx.array(seq[1 + j: n + 1 + j])) for j in range(3)]
+    steps = net.train_steps(embeds, rows[:n])
+    # drafting: the pairs of positions 1..m (rows 0..m-1), then chained steps fed true tokens;
+    # the last chain, and one in the middle (which must not see the pairs after its start)
+    h = be.HIDDEN
+    for m in (n, n - 4):
+        d = Eagle3Drafter(assets, target_vocab=t.vocab_size)
+        d.begin(seq[:m], SamplingParams())
+        d.prefill(seq[:m], Hidden(layers={c: rows[:m, j * h:(j + 1) * h]
+                                          for j, c in enumerate(assets.capture)}))
+        d._pair(seq[: m + 1])
+        assert d.seed is not None
+        state = d.seed
+        assert np.allclose(np.array(state[0]), np.array(steps[0][m - 1]), atol=1e-4), m
+        for j in (1, 2):
+            state = d._step(mx.array([seq[m + j]], dtype=mx.uint32), state)
+            assert np.allclose(np.array(state[0]), np.array(steps[j][m - 1]), atol=1e-4), (m, j)

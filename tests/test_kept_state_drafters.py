@@ -1,7 +1,8 @@
-"""Kept conversations follow the chat with EAGLE-3, DFlash 2 and DSpark drafters too: each
-turn reads only its new tokens, the drafter rebuilds its state from the target rows kept with
-the conversation, and every turn matches the same turn in a session that keeps nothing (same
-greedy reply, same proposals)."""
+"""Kept conversations follow the chat with EAGLE-3, DFlash 2 and DSpark drafters and Gemma 4
+assistants too: each turn reads only its new tokens, the drafter rebuilds its state from the
+target rows kept with the conversation (the assistant reads the kept target cache itself), and
+every turn matches the same turn in a session that keeps nothing (same greedy reply, same
+proposals)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from app import kinds
 from app.engine.drafters.dflash2 import DFlash2Drafter
 from app.engine.drafters.dspark import DSparkDrafter
 from app.engine.drafters.eagle3 import Eagle3Drafter
+from app.engine.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from app.engine.session import Session
 from app.engine.width import FixedWidth
 from tests import builders_dflash2 as b2
 from tests import builders_dspark as bs
 from tests import builders_eagle3 as be
+from tests import builders_gemma4 as bg
 from tests.test_kept_state import _chat
 
 
@@ -25,13 +28,14 @@ from tests.test_kept_state import _chat
 def folders(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     root = tmp_path_factory.mktemp("kept-families")
     return {"eagle3": be.make_pair(root / "e3", "speculators"),
-            "dflash2": b2.make_pair(root / "d2"), "dspark": bs.make_pair(root / "ds")}
+            "dflash2": b2.make_pair(root / "d2"), "dspark": bs.make_pair(root / "ds"),
+            "gemma4-assistant": bg.make_pair(root / "g4")}
 
 
 @pytest.fixture
 def proposals(monkeypatch) -> list[tuple[str, int, list[int]]]:
     seen: list[tuple[str, int, list[int]]] = []
-    for cls in (Eagle3Drafter, DFlash2Drafter, DSparkDrafter):
+    for cls in (Eagle3Drafter, DFlash2Drafter, DSparkDrafter, Gemma4AssistantDrafter):
         inner = cls.propose
 
         def propose(self, committed, k, inner=inner):
@@ -51,7 +55,7 @@ def _session(pair: tuple[Path, Path]) -> Session:
     return s
 
 
-@pytest.mark.parametrize("family", ["eagle3", "dflash2", "dspark"])
+@pytest.mark.parametrize("family", ["eagle3", "dflash2", "dspark", "gemma4-assistant"])
 def test_kept_state_follows_the_chat(folders, proposals, family):
     probe = _session(folders[family])
     name = probe.draft_kind

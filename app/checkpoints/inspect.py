@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.checkpoints.eagle3_config import eagle3_config
+from app.checkpoints.gemma4_assistant_config import is_gemma4_assistant
 from app.checkpoints.safetensors_header import WeightsSummary, layer_index, summarize_weights
 from app.checkpoints.tokenizer_files import TokenizerInfo, read_chat_template, read_tokenizer
 from app.fileio import JSON_LIMIT, read_regular_text
@@ -32,10 +33,11 @@ KIND_BASE = "base"  # no chat template: chats as plain text, and can draft where
 KIND_DRAFT = "draft-candidate"
 KIND_DFLASH = "dflash"
 KIND_EAGLE3 = "eagle3-drafter"
+KIND_GEMMA4_ASSISTANT = "gemma4-assistant-drafter"
 KIND_MTP_TARGET = "mtp-target"
 KIND_UNSUPPORTED = "unsupported"
 TARGET_KINDS = (KIND_CHAT, KIND_BASE, KIND_MTP_TARGET)  # what can be chatted with
-DRAFTER_FOLDER_KINDS = (KIND_DFLASH, KIND_EAGLE3)  # drafters that only help their target
+DRAFTER_FOLDER_KINDS = (KIND_DFLASH, KIND_EAGLE3, KIND_GEMMA4_ASSISTANT)  # drafters that only help their target
 
 KIND_LABELS = {  # plain names; the technical name (``kind``) stays in tooltips and the CLI
     KIND_CHAT: "chat model",
@@ -43,6 +45,7 @@ KIND_LABELS = {  # plain names; the technical name (``kind``) stays in tooltips 
     KIND_DRAFT: "draft model",
     KIND_DFLASH: "block drafter (DFlash)",
     KIND_EAGLE3: "layer-reading drafter (EAGLE-3)",
+    KIND_GEMMA4_ASSISTANT: "Gemma 4 assistant (MTP drafter)",
     KIND_MTP_TARGET: "chat model with its own drafter (MTP)",
     KIND_UNSUPPORTED: "unsupported",
 }
@@ -56,6 +59,8 @@ KIND_EXPLAIN = {  # one line each, for a person who has never heard of speculati
                  "it cannot chat.",
     KIND_EAGLE3: "Guesses the next few tokens for the one model it was made for, reading "
                  "three of that model's layers; it does not chat on its own.",
+    KIND_GEMMA4_ASSISTANT: "Guesses the next few tokens for the Gemma 4 model it was "
+                           "published with; it does not chat on its own.",
     KIND_MTP_TARGET: "A chat model that carries its own extra prediction layer (a "
                      "multi-token-prediction head), so it needs no separate draft.",
     KIND_UNSUPPORTED: "DraftPair cannot use this folder; the reason is shown beside it.",
@@ -408,6 +413,10 @@ def _classify(info: CheckpointInfo) -> tuple[str, str | None]:
         if w.errors:
             return KIND_UNSUPPORTED, w.errors[0]
         return KIND_EAGLE3, None
+    if info.config is not None and is_gemma4_assistant(info.config):
+        if w is None or not w.files:
+            return KIND_UNSUPPORTED, "There are no .safetensors weight files in this folder."
+        return (KIND_UNSUPPORTED, w.errors[0]) if w.errors else (KIND_GEMMA4_ASSISTANT, None)
     if w is None or not w.files:
         if w and w.pickle_files:
             return KIND_UNSUPPORTED, (

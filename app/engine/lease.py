@@ -47,4 +47,5 @@ def union(a: TapRequest | None, b: TapRequest | None) -> TapRequest | None:
         return None
     return TapRequest(final_prenorm=any(t.final_prenorm for t in parts),
                       final_postnorm=any(t.final_postnorm for t in parts),
-                      layers=tuple(sorted({i for t in parts for i in t.layers})))
+                      layers=tuple(sorted({i for t in parts for i in t.layers})),
+                      shared_kv=any(t.shared_kv for t in parts))

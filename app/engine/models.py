@@ -102,10 +102,12 @@ def validate_folder(path: Path) -> dict[str, Any]:
             f"{path.name} is a DFlash drafter, not a chat model: it only drafts for the model "
             "it was made for (choose it as that model's draft).")
     from app.checkpoints.eagle3_config import is_eagle3
+    from app.checkpoints.gemma4_assistant_config import is_gemma4_assistant
 
-    if is_eagle3(config):
+    if is_eagle3(config) or is_gemma4_assistant(config):
+        family = "an EAGLE-3 drafter" if is_eagle3(config) else "a Gemma 4 assistant"
         raise ModelLoadError(
-            f"{path.name} is an EAGLE-3 drafter, not a chat model: it only drafts for the model "
+            f"{path.name} is {family}, not a chat model: it only drafts for the model "
             "it was made for (choose it as that model's draft).")
     weights = list(path.glob("*.safetensors"))
     if not weights:

@@ -202,7 +202,7 @@ class KeptRows:
         if hidden is None:
             return False
         if hidden.n:
-            self.parts.append(hidden)
+            self.parts.append(hidden.without_kv())  # the cache itself is what is kept
             self.n += hidden.n
         return True
 

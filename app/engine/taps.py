@@ -26,26 +26,46 @@ class TapRequest:
     final_prenorm: bool = False  # output of the last decoder layer, before the final norm
     final_postnorm: bool = False  # after the final norm (what the LM head reads)
     layers: tuple[int, ...] = ()  # outputs of these decoder layers (0-based)
+    # the K/V the target's KV-shared layers read (Gemma 4): per attention type, those of the
+    # last layer of that type that has its own cache, after the pass
+    shared_kv: bool = False
 
     @property
     def empty(self) -> bool:
-        return not (self.final_prenorm or self.final_postnorm or self.layers)
+        return not (self.final_prenorm or self.final_postnorm or self.layers or self.shared_kv)
+
+
+@dataclass(frozen=True)
+class SharedKV:
+    """Keys and values ``(1, kv_heads, n, D)`` in position order, the last at position
+    ``end - 1`` (a sliding layer's cache holds only its window)."""
+
+    keys: mx.array
+    values: mx.array
+    end: int
 
 
 @dataclass(frozen=True)
 class Hidden:
-    """Rows of one target pass, lazy mx arrays, ``(n, H)`` each; row i predicts token i+1."""
+    """Rows of one target pass, lazy mx arrays, ``(n, H)`` each; row i predicts token i+1.
+    ``shared_kv`` (per attention type) is the target's cache after the pass, not rows: slicing
+    rows keeps it whole, and kept conversations do not keep it."""
 
     final_prenorm: mx.array | None = None
     final_postnorm: mx.array | None = None
     layers: dict[int, mx.array] = field(default_factory=dict)
+    shared_kv: dict[str, SharedKV] | None = None
 
     def rows(self, start: int, stop: int) -> Hidden:
         def cut(a: mx.array | None) -> mx.array | None:
             return None if a is None else a[start:stop]
 
         return Hidden(cut(self.final_prenorm), cut(self.final_postnorm),
-                      {i: a[start:stop] for i, a in self.layers.items()})
+                      {i: a[start:stop] for i, a in self.layers.items()}, self.shared_kv)
+
+    def without_kv(self) -> Hidden:
+        return Hidden(self.final_prenorm, self.final_postnorm, self.layers) \
+            if self.shared_kv is not None else self
 
     def kept(self, n_pending: int, path: tuple[int, ...]) -> Hidden:
         """Rows a verify pass keeps: its ``n_pending`` pending tokens' rows, then those of the
@@ -58,7 +78,8 @@ class Hidden:
             return None if a is None else mx.take(a, idx, axis=0)
 
         return Hidden(take(self.final_prenorm), take(self.final_postnorm),
-                      {i: mx.take(a, idx, axis=0) for i, a in self.layers.items()})
+                      {i: mx.take(a, idx, axis=0) for i, a in self.layers.items()},
+                      self.shared_kv)
 
     @property
     def n(self) -> int:
@@ -89,7 +110,7 @@ class Hidden:
 
         return Hidden(cat(lambda p: p.final_prenorm), cat(lambda p: p.final_postnorm),
                       {i: mx.concatenate([p.layers[i] for p in parts], axis=0)
-                       for i in parts[0].layers})
+                       for i in parts[0].layers}, parts[-1].shared_kv)
 
 
 # where the decoder stack of each family lives: (path to the stack, layers attr, norm attr).
@@ -193,9 +214,33 @@ def forward(model: Any, tokens: mx.array, cache: list[Any] | None,
         final_postnorm=first(norm_keep.out) if norm_keep is not None and taps.final_postnorm
         else None,
         layers={i: first(keeps[i].out) for i in wanted},
+        shared_kv=shared_kv(layers, cache) if taps.shared_kv else None,
     )
     out: mx.array = logits
     return out, hidden
+
+
+def shared_kv(layers: list[Any], cache: list[Any] | None) -> dict[str, SharedKV]:
+    """Per attention type, the K/V of the last layer of that type with a cache of its own
+    (what a Gemma 4 model's KV-shared layers, and its MTP assistant, read), in position
+    order. Read after the pass: slices, so later writes to the cache do not show."""
+    if not cache:
+        raise DraftPairError("This drafter reads the target's shared attention cache, which "
+                             "this target does not keep.")
+    out: dict[str, SharedKV] = {}
+    for layer, c in zip(layers, cache, strict=False):
+        kind = getattr(layer, "layer_type", None)
+        if c is None or kind is None or getattr(c, "keys", None) is None:
+            continue
+        keys, values = c.keys, c.values
+        order = getattr(c, "_temporal_order", None)
+        if order is not None:  # a sliding window's rotating cache
+            keys, values = order(keys), order(values)
+            n = min(int(keys.shape[2]), int(c.offset))
+        else:
+            n = int(c.offset)
+        out[str(kind)] = SharedKV(keys[..., :n, :], values[..., :n, :], int(c.offset))
+    return out
 
 
 def head(model: Any, h: mx.array) -> mx.array:

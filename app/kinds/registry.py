@@ -30,6 +30,7 @@ BUILTIN: tuple[str, ...] = (
     "app.plugins.dflash2",
     "app.plugins.dspark",
     "app.plugins.eagle3",
+    "app.plugins.gemma4_assistant",
     "app.plugins.medusa",
 )
 

@@ -9,6 +9,7 @@ from app.checkpoints.inspect import (
     DRAFTER_FOLDER_KINDS,
     KIND_DFLASH,
     KIND_EAGLE3,
+    KIND_GEMMA4_ASSISTANT,
     KIND_UNSUPPORTED,
     CheckpointInfo,
     inspect_checkpoint,
@@ -169,6 +170,15 @@ def target_findings(t: CheckpointInfo, out: FindingList) -> None:
             "target.is_eagle3",
             BLOCKER,
             "This is an EAGLE-3 drafter, not a chat model: it only helps the model it was made for.",
+            f"architectures={t.architectures}",
+        )
+        return
+    if t.kind == KIND_GEMMA4_ASSISTANT:
+        out.add(
+            "target.is_gemma4_assistant",
+            BLOCKER,
+            "This is a Gemma 4 assistant, not a chat model: it only helps the model it was "
+            "published with.",
             f"architectures={t.architectures}",
         )
         return

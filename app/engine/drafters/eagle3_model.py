@@ -181,6 +181,56 @@ class Eagle3Model(nn.Module):
         out: mx.array = self.lm_head(self.norm(h))
         return out
 
+    def train_steps(self, embeds: list[mx.array], features: mx.array) -> list[mx.array]:
+        """The training-time test of the EAGLE-3 paper over one sequence: ``features``
+        (n, 3*H_target) are the target rows of positions 0..n-1, ``embeds[j]`` (n, H) the
+        embeddings of the tokens at positions 1+j..n+j (step j's inputs). Step 0 reads the
+        target's rows (the pairs of drafting); step j > 0 reads step j-1's outputs, as a chain
+        of drafting does, and chain p (started from the pair at position p+1) attends to the
+        pairs at positions <= p+1 and to its own earlier steps only. Returns each step's
+        outputs (n, H); row p of step j predicts the token at position p+2+j."""
+        from app.engine.drafters.dflash_model import rope_at
+
+        n = int(features.shape[0])
+        h = self.project(features)[None]
+        base = mx.arange(1, n + 1)
+        causal = base[:, None] >= base[None, :]  # step 0: pairs at positions <= own
+        eye = mx.eye(n, dtype=mx.bool_)
+        kv: list[list[tuple[mx.array, mx.array]]] = [[] for _ in self.layers]
+        outs = []
+        for j, e in enumerate(embeds):
+            pos = (base + j)[None]
+            mask = mx.concatenate([causal] + [eye] * j, axis=1)[None, None]
+            x = h
+            for li, layer in enumerate(self.layers):
+                a = layer.self_attn
+                if layer.first:
+                    normed = layer.hidden_norm(x)
+                    residual = normed if layer.norm_before_residual else x
+                    inp = mx.concatenate([layer.input_layernorm(e[None]), normed], axis=-1)
+                else:
+                    residual, inp = x, layer.input_layernorm(x)
+                q = a.q_proj(inp).reshape(1, n, a.n_heads, -1).transpose(0, 2, 1, 3)
+                k = a.k_proj(inp).reshape(1, n, a.n_kv, -1).transpose(0, 2, 1, 3)
+                v = a.v_proj(inp).reshape(1, n, a.n_kv, -1).transpose(0, 2, 1, 3)
+                base_theta = float(self.config.rope_theta)
+                q, k = rope_at(q, pos, base_theta), rope_at(k, pos, base_theta)
+                kv[li].append((k, v))
+                keys = mx.concatenate([kk for kk, _ in kv[li]], axis=2)
+                values = mx.concatenate([vv for _, vv in kv[li]], axis=2)
+                rep = a.n_heads // a.n_kv
+                if rep > 1:
+                    keys, values = mx.repeat(keys, rep, axis=1), mx.repeat(values, rep, axis=1)
+                scores = (q * a.scale) @ keys.transpose(0, 1, 3, 2)
+                scores = mx.where(mask, scores, mx.array(-1e9, dtype=scores.dtype))
+                o = mx.softmax(scores, axis=-1, precise=True) @ values
+                o = a.o_proj(o.transpose(0, 2, 1, 3).reshape(1, n, -1))
+                x = residual + o
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            outs.append(x[0])
+            h = x
+        return outs
+
 
 def sanitize(weights: dict[str, mx.array]) -> tuple[dict[str, mx.array], dict[str, mx.array]]:
     """(network weights, extras: ``d2t``, ``t2d``, ``embed_tokens``), names of either layout."""

@@ -106,16 +106,20 @@ def main(argv: list[str] | None = None) -> None:
     register_demo_models()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="demo")
-    ap.add_argument("--kinds", nargs="+", default=["mtp", "dflash"])
+    ap.add_argument("--kinds", nargs="+", default=None,
+                    help="draft kinds (default: every kind whose proposals grow trees)")
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--nodes", type=int, default=64, help="verify size that costs one step")
     args = ap.parse_args(argv)
+    from app import kinds
+
+    wanted = args.kinds or [n for n in kinds.names() if kinds.get(n).grows_trees]
     from app.engine.width import FixedWidth
 
     s = Session(width_policy=FixedWidth)  # every step a round at the kind's full width
     s.load_target(args.model)
-    for kind in args.kinds:
+    for kind in wanted:
         t = replay(s, kind, list(CHAT_PROMPTS[: args.prompts]), args.max_tokens, args.nodes)
         if not t.rounds:
             print(f"{kind}: no rounds")

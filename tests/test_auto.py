@@ -78,6 +78,19 @@ def test_auto_names_what_it_loaded_and_what_it_left_out(pair):
     assert done.timings.draft_kind == AUTO
 
 
+def test_what_auto_learnt_carries_to_the_next_request_of_the_chat(pair):
+    s = flat_session(pair)
+    _generate(s, prompt="The cat sat on", max_tokens=16, draft_kind=AUTO, conversation="c1")
+    learnt = s.auto_memory.for_chat("c1")
+    first = learnt["full-model"].rounds
+    assert first > 0  # the draft model's rounds, kept for the chat
+    _generate(s, prompt="The cat sat on the mat", max_tokens=16, draft_kind=AUTO,
+              conversation="c1")
+    assert s.auto_memory.for_chat("c1") is learnt  # the same evidence, carried on
+    assert learnt["full-model"].rounds != first
+    assert s.auto_memory.for_chat("c2") == {}  # another chat starts from the priors
+
+
 def test_greedy_auto_is_identical_to_plain(pair):
     s = flat_session(pair)
     for prompt in ["The cat sat on", "Once upon a time", "the the the the the"]:

@@ -100,7 +100,7 @@ def test_models_lists_the_loaded_pair(client, server):
     assert client.models.retrieve(_model(server)).id == _model(server)
 
 
-@pytest.mark.parametrize("kind", ["prompt-lookup", "full-model"])
+@pytest.mark.parametrize("kind", ["prompt-lookup", "full-model", "auto"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_greedy_speculation_over_http_equals_plain(client, server, kind, stream):
     plain = _chat(client, server, kind="none", stream=stream)
@@ -115,6 +115,12 @@ def test_greedy_speculation_over_http_equals_plain(client, server, kind, stream)
     assert t["predicted_n"] == spec[3].completion_tokens == 40
     assert t["prompt_n"] == spec[3].prompt_tokens
     assert plain[2]["draft_n"] == 0 and plain[2]["draft_kind"] == "none"
+    if kind == "auto":  # what it did, per source, and every step counted once
+        sources = t["sources"]
+        assert {"prompt-lookup", "full-model", "plain"} <= set(sources)
+        assert sum(v["rounds"] for v in sources.values()) == t["verify_passes"]
+    else:
+        assert t["sources"] == {}
 
 
 def test_chat_template_is_applied(client, server, tiny_models):

@@ -11,7 +11,6 @@ the target's own (the drafter's copy, when it ships one, is used only when they 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from mlx_lm.models.cache import KVCache
 
 from app.checkpoints.eagle3_config import eagle3_config
 from app.engine.drafters.dflash_model import MLP
-from app.engine.mlx_types import load_arrays
+from app.engine.drafters.folder_weights import fill, read_config_json, read_weights
 from app.errors import DraftPairError
 
 
@@ -249,29 +248,14 @@ class Eagle3Weights:
 
 def load_model(folder: Path, dtype: mx.Dtype | None = None) -> Eagle3Weights:
     folder = Path(folder)
-    try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DraftPairError(f"Cannot read the EAGLE-3 drafter's config.json in {folder}.") from exc
+    raw = read_config_json(folder, "the EAGLE-3 drafter")
     config = read_config(raw if isinstance(raw, dict) else {}, folder)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftPairError(f"The EAGLE-3 drafter in {folder} has no weights (*.safetensors).")
-    weights: dict[str, mx.array] = {}
-    for f in files:
-        weights.update(load_arrays(f))
-    net, extra = sanitize(weights)
+    net, extra = sanitize(read_weights(folder, "the EAGLE-3 drafter"))
     if "lm_head.weight" not in net and config.tie_word_embeddings and not config.reduced \
             and "embed_tokens" in extra:
         net["lm_head.weight"] = extra["embed_tokens"]
     model = Eagle3Model(config)
-    try:
-        model.load_weights(list(net.items()), strict=True)
-    except ValueError as exc:
-        raise DraftPairError(
-            f"The EAGLE-3 drafter's weights do not match its settings ({folder.name}).") from exc
-    if dtype is not None:
-        model.set_dtype(dtype)
+    fill(model, net, folder, "the EAGLE-3 drafter", dtype)
     d2t = extra["d2t"].astype(mx.int32) if "d2t" in extra else None
     embed = extra.get("embed_tokens")
     if embed is not None and dtype is not None:

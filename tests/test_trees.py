@@ -258,7 +258,7 @@ def test_budget_grows_trees_only_where_they_pay():
 def _tree_run(s: Session, prompt: tuple[int, ...], kind: str, trees: str) -> DoneEvent:
     done = list(s.generate(GenerationRequest(
         prompt_tokens=prompt, chat=False, max_tokens=24, draft_kind=kind, trees=trees,
-        allow_fallback=False, lookup_assist=False, memory_interval_s=1e9)))[-1]
+        allow_fallback=False, lookup_assist=False, adaptive=False, memory_interval_s=1e9)))[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
     return done
 

@@ -169,6 +169,19 @@ def test_lookup_assist_is_a_request_field(server):
     assert status == 400 and data["error"]["param"] == "draftpair.lookup_assist", data
 
 
+def test_trees_are_a_request_field(server):
+    """Trees on request, the timings counting tree rounds; an unknown mode is refused."""
+    body = {"prompt": "The cat sat on the mat. The cat sat", "max_tokens": 8, "top_k": 1,
+            "draftpair": {"draft_kind": "full-model", "lookup_assist": False,
+                          "trees": "flat"}}
+    status, data, _ = _post(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 200, data
+    assert "tree_rounds" in data["timings"]
+    body["draftpair"]["trees"] = "sometimes"
+    status, data, _ = _post(server, "/v1/completions", json.dumps(body).encode())
+    assert status == 400 and data["error"]["param"] == "draftpair.trees", data
+
+
 # -- cancellation and the queue ----------------------------------------------------------------
 
 

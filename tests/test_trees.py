@@ -242,6 +242,9 @@ def test_budget_grows_trees_only_where_they_pay():
     assert not flat.is_chain and flat.spine == 4 and flat.k > 4
     steep = tree_build.NodeBudget(tree_build.linear_cost(0.5)).grow(prop)
     assert steep is prop  # a verify that grows half a step per token: no leaf pays
+    # flat, but a tree round costs a whole step more than its pass: the chain stays
+    dear = tree_build.NodeBudget(tree_build.flat_cost(), tree_overhead=1.0).grow(prop)
+    assert dear is prop
     chain_v = tree_build.expected_tokens_per_cost(
         [0.5] * 4, [], verify_cost=lambda n: 1.0, draft_cost=0.2)
     tree_v = tree_build.expected_tokens_per_cost(
@@ -255,7 +258,7 @@ def test_budget_grows_trees_only_where_they_pay():
 def _tree_run(s: Session, prompt: tuple[int, ...], kind: str, trees: str) -> DoneEvent:
     done = list(s.generate(GenerationRequest(
         prompt_tokens=prompt, chat=False, max_tokens=24, draft_kind=kind, trees=trees,
-        allow_fallback=False, lookup_assist=False, memory_interval_s=1e9)))[-1]
+        allow_fallback=False, lookup_assist=False, adaptive=False, memory_interval_s=1e9)))[-1]
     assert isinstance(done, DoneEvent) and done.finish_reason != "error", done.error
     return done
 

@@ -206,14 +206,19 @@ class DoneEvent:
     error: str | None = None  # plain-language message when finish_reason == "error"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "tokens": list(self.token_ids),
-            "finish_reason": self.finish_reason,
-            "fallback": self.timings.fallback,
-            "timings": self.timings.to_dict(),
-            "error": self.error,
-        }
+        return done_dict(self)
+
+
+def done_dict(done: Any) -> dict[str, Any]:
+    """The wire form of a finished reply, local (``DoneEvent``) or remote (``RemoteDone``)."""
+    return {
+        "text": done.text,
+        "tokens": list(done.token_ids),
+        "finish_reason": done.finish_reason,
+        "fallback": done.timings.fallback,
+        "timings": done.timings.to_dict(),
+        "error": done.error,
+    }
 
 
 Event = StatusEvent | PrefillEvent | NoticeEvent | TokenEvent | RoundEvent | MemoryEvent | DoneEvent

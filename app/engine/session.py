@@ -369,11 +369,14 @@ class Session:
         if req.trees == "flat":  # drafters that size their own trees (Medusa) price them so too
             drafter.set_verify_costs({n: tree_build.flat_cost()(n, 0) for n in range(1, 65)})
             return NodeBudget(tree_build.flat_cost())
+        assert self.target is not None
+        overhead = tree_build.tree_overhead(self.target, make_cache(self.target))
         cal = self.calibration
         if cal is not None:
-            return NodeBudget(cal.verify_cost)
+            return NodeBudget(cal.verify_cost, tree_overhead=overhead)
         return NodeBudget(tree_build.linear_cost(
-            verify_slope if verify_slope is not None else DEFAULT_VERIFY_SLOPE))
+            verify_slope if verify_slope is not None else DEFAULT_VERIFY_SLOPE),
+            tree_overhead=overhead)
 
     def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
         """The target rows a kept conversation keeps: those of every drafter that reads the

@@ -156,6 +156,13 @@ def stack(model: Any) -> tuple[Any, list[Any], str]:
     )
 
 
+def norm_dtype(model: Any) -> Any:
+    """The dtype of the target's final norm weight (drafters load in it), or None."""
+    inner, _, norm_attr = stack(model)
+    norm = getattr(getattr(inner, norm_attr, None), "weight", None)
+    return norm.dtype if norm is not None else None
+
+
 def num_layers(model: Any) -> int:
     return len(stack(model)[1])
 

@@ -55,14 +55,17 @@ def attention_mask(parents: tuple[int, ...], n_pending: int, offset: int) -> mx.
     n = n_pending + len(parents)
     rows: list[list[bool]] = []
     for j in range(n):
-        row = [True] * offset + [False] * n
+        row = [False] * n
         if j < n_pending:
             for c in range(j + 1):
-                row[offset + c] = True
+                row[c] = True
         else:
             for c in range(n_pending):
-                row[offset + c] = True
+                row[c] = True
             for a in ancestors(parents, j - n_pending):
-                row[offset + n_pending + a] = True
+                row[n_pending + a] = True
         rows.append(row)
-    return mx.array(rows, dtype=mx.bool_)
+    fed = mx.array(rows, dtype=mx.bool_)
+    if not offset:
+        return fed
+    return mx.concatenate([mx.ones((n, offset), dtype=mx.bool_), fed], axis=1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 
@@ -47,11 +48,12 @@ def expected_tokens(spine_probs: Sequence[float], leaves: Sequence[Leaf]) -> flo
 
 def expected_tokens_per_cost(spine_probs: Sequence[float], leaves: Sequence[Leaf], *,
                              verify_cost: VerifyCost, draft_cost: float,
-                             n_pending: int = 1) -> float:
+                             n_pending: int = 1, tree_overhead: float = 0.0) -> float:
     """Expected tokens per plain step's worth of time of a round of this shape (a chain:
-    no ``leaves``); a plain step is worth 1.0. ``auto`` compares sources with it."""
+    no ``leaves``); a plain step is worth 1.0. ``auto`` compares sources with it.
+    ``tree_overhead``: what a tree round costs beyond its verify pass (plain steps)."""
     nodes = len(spine_probs) + len(leaves)
-    cost = verify_cost(n_pending + nodes) + draft_cost
+    cost = verify_cost(n_pending + nodes) + draft_cost + (tree_overhead if leaves else 0.0)
     return expected_tokens(spine_probs, leaves) / max(cost, 1e-9)
 
 
@@ -70,26 +72,28 @@ def candidates(spine: list[int], top_tokens: list[list[int]], top_probs: list[li
 
 
 def shape(spine_probs: Sequence[float], pool: Sequence[Leaf], *, verify_cost: VerifyCost,
-          draft_cost: float, max_nodes: int, n_pending: int = 1) -> list[Leaf]:
+          draft_cost: float, max_nodes: int, n_pending: int = 1,
+          tree_overhead: float = 0.0) -> list[Leaf]:
     """The leaves worth adding to a spine: most valuable first, while the expected tokens per
     cost grows and the tree stays within ``max_nodes`` (none: the chain is best)."""
     reach = [1.0]
     for p in spine_probs:
         reach.append(reach[-1] * p)
     ranked = sorted(pool, key=lambda leaf: reach[leaf.depth] * leaf.prob, reverse=True)
+    chain = expected_tokens_per_cost(spine_probs, [], verify_cost=verify_cost,
+                                     draft_cost=draft_cost, n_pending=n_pending)
+    best, best_n = chain, 0
     chosen: list[Leaf] = []
-    best = expected_tokens_per_cost(spine_probs, chosen, verify_cost=verify_cost,
-                                    draft_cost=draft_cost, n_pending=n_pending)
-    for leaf in ranked:
+    for leaf in ranked:  # the first leaf pays the tree's overhead: look past it
         if len(spine_probs) + len(chosen) + 1 > max_nodes:
             break
-        value = expected_tokens_per_cost(spine_probs, [*chosen, leaf], verify_cost=verify_cost,
-                                         draft_cost=draft_cost, n_pending=n_pending)
-        if value <= best:
-            break  # leaves come most valuable first: no later one pays either
         chosen.append(leaf)
-        best = value
-    return chosen
+        value = expected_tokens_per_cost(spine_probs, chosen, verify_cost=verify_cost,
+                                         draft_cost=draft_cost, n_pending=n_pending,
+                                         tree_overhead=tree_overhead)
+        if value > best:
+            best, best_n = value, len(chosen)
+    return chosen[:best_n]
 
 
 def with_leaves(spine: Proposal, leaves: Sequence[Leaf]) -> Proposal:
@@ -109,10 +113,12 @@ class NodeBudget:
     distribution."""
 
     def __init__(self, cost_at: Callable[[int, int], float], *, max_nodes: int = 16,
-                 per_depth: int = 3):
+                 per_depth: int = 3, tree_overhead: float = 0.0):
         """``cost_at(n, context)``: a verify pass over ``n`` tokens after ``context`` cached
-        ones, in plain steps (``Calibration.verify_cost``)."""
+        ones, in plain steps (``Calibration.verify_cost``); ``tree_overhead``: what a tree
+        round costs beyond it (the top-k read, the mask, the gather), in plain steps."""
         self.cost_at = cost_at
+        self.tree_overhead = tree_overhead
         self.max_nodes = max_nodes
         self.per_depth = per_depth
         self.trees = 0  # rounds sent as trees
@@ -145,7 +151,7 @@ class NodeBudget:
         pool = candidates(spine, int_rows(top), float_rows(top_p), self.per_depth, scale)
         leaves = shape(spine_probs, pool, verify_cost=lambda n: self.cost_at(n, context),
                        draft_cost=draft_cost, max_nodes=self.max_nodes,
-                       n_pending=n_pending)
+                       n_pending=n_pending, tree_overhead=self.tree_overhead)
         if not leaves:
             self.chains += 1
             return proposal
@@ -167,13 +173,30 @@ class NodeBudget:
             ranked_p.append([min(p * s, 0.999) for _, p in pairs])
         tokens, parents, values = best_first(ranked_t, ranked_p, self.max_nodes)
         n = best_size(values, lambda m: self.cost_at(m, context), draft_cost=draft_cost,
-                      n_pending=n_pending, at_least=1)
+                      n_pending=n_pending, at_least=1, chain=proposal.k,
+                      tree_overhead=self.tree_overhead)
         if n <= proposal.k:
             self.chains += 1
             return proposal
         self.trees += 1
         return Proposal(tokens=mx.array(tokens[:n], dtype=mx.uint32), draft_ms=proposal.draft_ms,
                         parents=tuple(parents[:n]), spine=proposal.k)
+
+
+# what a tree round costs beyond its verify pass, in plain steps: reading the drafter's top
+# candidates (a sync before the pass), the mask and rotary wrappers, the K/V gather; verified
+# paths side by side also feed the kept path again (one more pass) after a batched one
+ONE_PASS_OVERHEAD = 0.25
+PATHS_OVERHEAD = 1.25
+
+
+def tree_overhead(target: Any, cache: list[Any]) -> float:
+    """``ONE_PASS_OVERHEAD`` or ``PATHS_OVERHEAD`` for how ``target`` verifies trees."""
+    from app.engine import rollback, tree_pass
+
+    one = (tree_pass.method(target.model, cache) == tree_pass.ONE_PASS
+           and rollback.for_target(target).method == rollback.TRIM)
+    return ONE_PASS_OVERHEAD if one else PATHS_OVERHEAD
 
 
 def linear_cost(slope: float) -> Callable[[int, int], float]:
@@ -238,15 +261,18 @@ def best_first(top_tokens: list[list[int]], top_probs: list[list[float]],
 
 
 def best_size(values: Sequence[float], verify_cost: VerifyCost, *, draft_cost: float = 0.0,
-              n_pending: int = 1, at_least: int = 1) -> int:
+              n_pending: int = 1, at_least: int = 1, chain: int | None = None,
+              tree_overhead: float = 0.0) -> int:
     """How many of a best-first tree's nodes to verify: the prefix with the most expected
-    tokens per cost (each node adds its prefix probability to the expected tokens)."""
+    tokens per cost (each node adds its prefix probability to the expected tokens); past the
+    first ``chain`` nodes (a chain) a round also pays ``tree_overhead``."""
     best_n, best_v, total = at_least, -1.0, 1.0
     for n, v in enumerate(values, start=1):
         total += v
         if n < at_least:
             continue
-        value = total / max(verify_cost(n_pending + n) + draft_cost, 1e-9)
+        extra = tree_overhead if chain is not None and n > chain else 0.0
+        value = total / max(verify_cost(n_pending + n) + draft_cost + extra, 1e-9)
         if value > best_v:
             best_n, best_v = n, value
     return best_n

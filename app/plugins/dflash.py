@@ -3,24 +3,21 @@ whole block per pass."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.checkpoints.dflash2_config import is_dflash2
 from app.checkpoints.dspark_config import is_dspark
 from app.checkpoints.inspect import dflash_config
 from app.checkpoints.pairing.dflash import dflash_findings
-from app.kinds import KindPlugin
+from app.plugins.engine_kind import EngineModuleKind
 
 if TYPE_CHECKING:
     from app.checkpoints.inspect import CheckpointInfo
     from app.checkpoints.pairing.report import FindingList
     from app.engine.drafter_context import DrafterContext
-    from app.engine.drafters.base import Drafter
-    from app.engine.models import LoadedModel
 
 
-class DFlash(KindPlugin):
+class DFlash(EngineModuleKind):
     name = "dflash"
     label = "Block drafter (DFlash)"
     share_word = "DFlash"
@@ -49,25 +46,10 @@ class DFlash(KindPlugin):
     def folder_reason(self, ratio: float | None) -> str:
         return "A DFlash drafter made for this target: usually the fastest option."
 
-    def unavailable(self, ctx: DrafterContext) -> str | None:
-        from app.engine.drafters import dflash
-
-        return dflash.unavailable(ctx)
-
-    def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
-        from app.engine.drafters import dflash
-
-        return dflash.load(folder, target)
-
     def load_assets(self, ctx: DrafterContext) -> Any:
         from app.engine.drafters import dflash
 
         return dflash.load_default(ctx)
-
-    def make(self, ctx: DrafterContext) -> Drafter:
-        from app.engine.drafters import dflash
-
-        return dflash.make(ctx)
 
 
 PLUGIN = DFlash()

@@ -3,22 +3,18 @@ selector that picks each token knowing the one before it; deterministic by desig
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.checkpoints.dflash2_config import is_dflash2
 from app.checkpoints.pairing.dflash import dflash_findings
-from app.kinds import KindPlugin
+from app.plugins.engine_kind import EngineModuleKind
 
 if TYPE_CHECKING:
     from app.checkpoints.inspect import CheckpointInfo
     from app.checkpoints.pairing.report import FindingList
-    from app.engine.drafter_context import DrafterContext
-    from app.engine.drafters.base import Drafter
-    from app.engine.models import LoadedModel
 
 
-class DFlash2(KindPlugin):
+class DFlash2(EngineModuleKind):
     name = "dflash2"
     label = "Block drafter (DFlash 2)"
     explanation = ("A small drafter made for this model guesses a block of tokens in one "
@@ -43,21 +39,6 @@ class DFlash2(KindPlugin):
 
     def folder_reason(self, ratio: float | None) -> str:
         return "A DFlash 2 drafter made for this target."
-
-    def unavailable(self, ctx: DrafterContext) -> str | None:
-        from app.engine.drafters import dflash2
-
-        return dflash2.unavailable(ctx)
-
-    def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
-        from app.engine.drafters import dflash2
-
-        return dflash2.load(folder, target)
-
-    def make(self, ctx: DrafterContext) -> Drafter:
-        from app.engine.drafters import dflash2
-
-        return dflash2.make(ctx)
 
 
 PLUGIN = DFlash2()

@@ -3,22 +3,18 @@ the token before it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.checkpoints.dspark_config import is_dspark
 from app.checkpoints.pairing.dflash import dflash_findings
-from app.kinds import KindPlugin
+from app.plugins.engine_kind import EngineModuleKind
 
 if TYPE_CHECKING:
     from app.checkpoints.inspect import CheckpointInfo
     from app.checkpoints.pairing.report import FindingList
-    from app.engine.drafter_context import DrafterContext
-    from app.engine.drafters.base import Drafter
-    from app.engine.models import LoadedModel
 
 
-class DSpark(KindPlugin):
+class DSpark(EngineModuleKind):
     name = "dspark"
     label = "Block drafter (DSpark)"
     explanation = ("A small drafter made for this model guesses a block of tokens in one "
@@ -42,21 +38,6 @@ class DSpark(KindPlugin):
 
     def folder_reason(self, ratio: float | None) -> str:
         return "A DSpark drafter made for this target."
-
-    def unavailable(self, ctx: DrafterContext) -> str | None:
-        from app.engine.drafters import dspark
-
-        return dspark.unavailable(ctx)
-
-    def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
-        from app.engine.drafters import dspark
-
-        return dspark.load(folder, target)
-
-    def make(self, ctx: DrafterContext) -> Drafter:
-        from app.engine.drafters import dspark
-
-        return dspark.make(ctx)
 
 
 PLUGIN = DSpark()

@@ -3,22 +3,18 @@ high) and guesses the next few tokens, in its own smaller vocabulary mapped to t
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.checkpoints.eagle3_config import is_eagle3
 from app.checkpoints.pairing.eagle3 import eagle3_findings
-from app.kinds import KindPlugin
+from app.plugins.engine_kind import EngineModuleKind
 
 if TYPE_CHECKING:
     from app.checkpoints.inspect import CheckpointInfo
     from app.checkpoints.pairing.report import FindingList
-    from app.engine.drafter_context import DrafterContext
-    from app.engine.drafters.base import Drafter
-    from app.engine.models import LoadedModel
 
 
-class Eagle3(KindPlugin):
+class Eagle3(EngineModuleKind):
     name = "eagle3"
     label = "Layer-reading drafter (EAGLE-3)"
     share_word = "EAGLE-3"
@@ -56,21 +52,6 @@ class Eagle3(KindPlugin):
 
     def folder_reason(self, ratio: float | None) -> str:
         return "An EAGLE-3 drafter made for this target."
-
-    def unavailable(self, ctx: DrafterContext) -> str | None:
-        from app.engine.drafters import eagle3
-
-        return eagle3.unavailable(ctx)
-
-    def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
-        from app.engine.drafters import eagle3
-
-        return eagle3.load(folder, target)
-
-    def make(self, ctx: DrafterContext) -> Drafter:
-        from app.engine.drafters import eagle3
-
-        return eagle3.make(ctx)
 
 
 PLUGIN = Eagle3()

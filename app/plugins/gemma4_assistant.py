@@ -3,22 +3,18 @@ model's final state and attention cache and guesses the next few tokens."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.checkpoints.gemma4_assistant_config import is_gemma4_assistant
 from app.checkpoints.pairing.gemma4_assistant import gemma4_assistant_findings
-from app.kinds import KindPlugin
+from app.plugins.engine_kind import EngineModuleKind
 
 if TYPE_CHECKING:
     from app.checkpoints.inspect import CheckpointInfo
     from app.checkpoints.pairing.report import FindingList
-    from app.engine.drafter_context import DrafterContext
-    from app.engine.drafters.base import Drafter
-    from app.engine.models import LoadedModel
 
 
-class Gemma4Assistant(KindPlugin):
+class Gemma4Assistant(EngineModuleKind):
     name = "gemma4-assistant"
     label = "Gemma 4 assistant (MTP)"
     explanation = ("The small assistant published with a Gemma 4 model reads that model's "
@@ -47,21 +43,6 @@ class Gemma4Assistant(KindPlugin):
 
     def folder_reason(self, ratio: float | None) -> str:
         return "The assistant published with this Gemma 4 model."
-
-    def unavailable(self, ctx: DrafterContext) -> str | None:
-        from app.engine.drafters import gemma4_assistant
-
-        return gemma4_assistant.unavailable(ctx)
-
-    def load_folder(self, folder: Path, target: LoadedModel, *, precision: str) -> Any:
-        from app.engine.drafters import gemma4_assistant
-
-        return gemma4_assistant.load(folder, target)
-
-    def make(self, ctx: DrafterContext) -> Drafter:
-        from app.engine.drafters import gemma4_assistant
-
-        return gemma4_assistant.make(ctx)
 
 
 PLUGIN = Gemma4Assistant()

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from app.engine.events import done_dict
+
 
 @dataclass(frozen=True)
 class RemoteTimings:
@@ -70,14 +72,7 @@ class RemoteDone:
     error: str | None = None  # plain-language message when finish_reason == "error"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "tokens": list(self.token_ids),
-            "finish_reason": self.finish_reason,
-            "fallback": self.timings.fallback,
-            "timings": self.timings.to_dict(),
-            "error": self.error,
-        }
+        return done_dict(self)
 
 
 def from_server(

@@ -4,7 +4,7 @@ Per-request speculation goes in ``draftpair`` (unknown keys are refused, so a ty
 
     "draftpair": {"draft_kind": "prompt-lookup", "draft_width": 7, "allow_fallback": true,
                   "ngram_min": 2, "ngram_max": 3, "adaptive": true, "lookup_assist": true,
-                  "return_tokens": false}
+                  "return_tokens": false, "trees": "off"}  # trees: "off" | "on" | "flat"
 
 llama-server's own top-level fields are read too: ``n_predict``, ``top_k``, ``min_p``,
 ``repeat_penalty`` and ``"speculative.n_max"`` (the width). Missing values take the server's
@@ -25,7 +25,8 @@ from app.server.errors import ApiError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 EXTENSION_KEYS = {"draft_kind", "draft_width", "allow_fallback", "ngram_min", "ngram_max",
-                  "adaptive", "lookup_assist", "return_tokens", "conversation"}
+                  "adaptive", "lookup_assist", "return_tokens", "conversation", "trees"}
+TREE_MODES = ("off", "on", "flat")
 MAX_CONVERSATION_CHARS = 128
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
@@ -191,6 +192,7 @@ def _common(body: dict[str, Any], info: ModelInfo, limits: Limits, **source: Any
         ngram_max=ngram_max,
         adaptive=_bool(ext, "adaptive", True, "draftpair."),
         lookup_assist=_bool(ext, "lookup_assist", True, "draftpair."),
+        trees=_trees(ext),
         # llama-server's field: continue from the kept state of an earlier request that shares
         # the prompt's beginning (off by default, so measured requests start fresh)
         reuse_cache=_bool(body, "cache_prompt", False),
@@ -248,6 +250,14 @@ def _stops(value: Any) -> tuple[str, ...]:
         raise ApiError(400, f"'stop' must be a string or a list of at most {MAX_STOPS} strings "
                        f"of at most {MAX_STOP_CHARS} characters.", param="stop")
     return tuple(s for s in stops if s)
+
+
+def _trees(ext: dict[str, Any]) -> str:
+    mode = ext.get("trees", "off")
+    if mode not in TREE_MODES:
+        raise ApiError(400, "'draftpair.trees' must be one of " + ", ".join(TREE_MODES) + ".",
+                       param="draftpair.trees")
+    return str(mode)
 
 
 def _bool(d: dict[str, Any], key: str, default: bool, prefix: str = "") -> bool:

@@ -119,18 +119,22 @@ def _reduced_head(folder: Path, target: LoadedModel, vocab: int
 
 def load(path: Path, target: LoadedModel) -> DFlashAssets:
     """Load a DFlash drafter folder for ``target``; a plain DraftPairError if they do not fit."""
-    from app.engine.taps import stack
+    from app.engine.taps import norm_dtype
 
     path = Path(path)
-    inner, _, norm_attr = stack(target.model)
-    norm = getattr(getattr(inner, norm_attr, None), "weight", None)
-    model = load_model(path, dtype=norm.dtype if norm is not None else None)
-    problem = target_problem(model.config, target)
-    if problem:
-        raise DraftPairError(problem[0].upper() + problem[1:] + ".")
+    model = load_model(path, dtype=norm_dtype(target.model))
+    check_fits(model.config, target)
     ids, w = _reduced_head(path, target, target.vocab_size)
     return DFlashAssets(path=path, model=model, head_ids=ids, head_w=w,
                         calibration=_calibration(path))
+
+
+def check_fits(config: DFlashConfig, target: LoadedModel, name: str = "DFlash drafter") -> None:
+    """A plain DraftPairError, naming the drafter ``name``, when ``config`` does not fit."""
+    problem = target_problem(config, target)
+    if problem:
+        problem = problem.replace("DFlash drafter", name)
+        raise DraftPairError(problem[0].upper() + problem[1:] + ".")
 
 
 def _calibration(folder: Path) -> tuple[float, ...]:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import mlx.core as mx
 
-from app.engine.drafters.dflash import DFlashAssets, DFlashDrafter, target_problem
+from app.engine.drafters.dflash import DFlashAssets, DFlashDrafter, check_fits, target_problem
 from app.engine.drafters.dflash2_model import DFlash2Model, load_model
 from app.engine.events import SamplingParams
 from app.engine.proposal import Proposal
-from app.engine.taps import stack
+from app.engine.taps import norm_dtype
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
@@ -29,13 +29,8 @@ if TYPE_CHECKING:
 
 def load(path: Path | str, target: LoadedModel) -> DFlashAssets:
     path = Path(path)
-    inner, _, norm_attr = stack(target.model)
-    norm = getattr(getattr(inner, norm_attr, None), "weight", None)
-    model = load_model(path, dtype=norm.dtype if norm is not None else None)
-    problem = target_problem(model.config, target)
-    if problem:
-        problem = problem.replace("DFlash drafter", "DFlash 2 drafter")
-        raise DraftPairError(problem[0].upper() + problem[1:] + ".")
+    model = load_model(path, dtype=norm_dtype(target.model))
+    check_fits(model.config, target, "DFlash 2 drafter")
     return DFlashAssets(path=path, model=model, head_ids=None, head_w=None)
 
 

@@ -13,7 +13,6 @@ Settings: DFlash's (``dflash_config``: block_size, mask_token_id, target_layer_i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from app.engine.drafters.dflash_model import DFlashConfig, DFlashModel, Layer, read_config
-from app.engine.mlx_types import load_arrays
+from app.engine.drafters.folder_weights import fill, read_config_json, read_weights
 from app.errors import DraftPairError
 
 
@@ -160,11 +159,7 @@ def sanitize(weights: dict[str, mx.array]) -> dict[str, mx.array]:
 
 def load_model(folder: Path, dtype: mx.Dtype | None = None) -> DFlash2Model:
     folder = Path(folder)
-    try:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DraftPairError(f"Cannot read the DFlash 2 drafter's config.json in {folder}.") \
-            from exc
+    cfg = read_config_json(folder, "the DFlash 2 drafter")
     if not isinstance(cfg, dict):
         raise DraftPairError(f"The DFlash 2 drafter's config.json in {folder} is not a table.")
     config, extras = read_config(cfg), read_extras(cfg)
@@ -174,20 +169,8 @@ def load_model(folder: Path, dtype: mx.Dtype | None = None) -> DFlash2Model:
     if extras.selector_top_k > config.vocab_size:
         raise DraftPairError("This DFlash 2 drafter's selector_top_k is larger than its "
                              "vocabulary.")
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftPairError(f"The DFlash 2 drafter in {folder} has no weights (*.safetensors).")
-    weights: dict[str, mx.array] = {}
-    for f in files:
-        weights.update(load_arrays(f))
+    weights = read_weights(folder, "the DFlash 2 drafter")
     model = DFlash2Model(config, extras)
-    try:
-        model.load_weights(list(sanitize(weights).items()), strict=True)
-    except ValueError as exc:
-        raise DraftPairError(
-            f"The DFlash 2 drafter's weights do not match its settings ({folder.name}).") \
-            from exc
-    if dtype is not None:
-        model.set_dtype(dtype)
+    fill(model, sanitize(weights), folder, "the DFlash 2 drafter", dtype)
     mx.eval(model.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     return model

@@ -13,7 +13,6 @@ Positions: context row i sits at position i; the block starts right after the ca
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.engine.mlx_types import flat_arrays, load_arrays
+from app.engine.drafters.folder_weights import fill, read_config_json, read_weights
+from app.engine.mlx_types import flat_arrays
 from app.errors import DraftPairError
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -137,11 +137,7 @@ def read_config(cfg: Mapping[str, Any]) -> DFlashConfig:
 
 
 def read_config_file(folder: Path) -> DFlashConfig:
-    try:
-        cfg = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DraftPairError(f"Cannot read the DFlash drafter's config.json in {folder}.") from exc
-    return read_config(cfg)
+    return read_config(read_config_json(folder, "the DFlash drafter"))
 
 
 def rope_at(x: mx.array, positions: mx.array, base: float) -> mx.array:
@@ -340,21 +336,9 @@ def load_model(folder: Path, dtype: mx.Dtype | None = None) -> DFlashModel:
     """The drafter network from a z-lab-layout folder (config.json + *.safetensors)."""
     folder = Path(folder)
     config = read_config_file(folder)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftPairError(f"The DFlash drafter in {folder} has no weights (*.safetensors).")
-    weights: dict[str, mx.array] = {}
-    for f in files:
-        weights.update(load_arrays(f))
-    weights = sanitize(weights)
+    weights = sanitize(read_weights(folder, "the DFlash drafter"))
     model = DFlashModel(config)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as exc:
-        raise DraftPairError(
-            f"The DFlash drafter's weights do not match its config ({folder.name}).") from exc
-    if dtype is not None:
-        model.set_dtype(dtype)
+    fill(model, weights, folder, "the DFlash drafter", dtype, settings="config")
     mx.eval(model.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     return model
 

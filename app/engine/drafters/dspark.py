@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 
 from app.engine import sampling as sm
-from app.engine.drafters.dflash import DFlashAssets, DFlashDrafter, target_problem
+from app.engine.drafters.dflash import DFlashAssets, DFlashDrafter, check_fits, target_problem
 from app.engine.drafters.dspark_model import DSparkModel, load_model
 from app.engine.proposal import Proposal
-from app.engine.taps import stack
+from app.engine.taps import norm_dtype
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
@@ -34,13 +34,8 @@ class DSparkAssets(DFlashAssets):
 
 def load(path: Path | str, target: LoadedModel) -> DSparkAssets:
     path = Path(path)
-    inner, _, norm_attr = stack(target.model)
-    norm = getattr(getattr(inner, norm_attr, None), "weight", None)
-    w = load_model(path, dtype=norm.dtype if norm is not None else None)
-    problem = target_problem(w.model.config, target)
-    if problem:
-        problem = problem.replace("DFlash drafter", "DSpark drafter")
-        raise DraftPairError(problem[0].upper() + problem[1:] + ".")
+    w = load_model(path, dtype=norm_dtype(target.model))
+    check_fits(w.model.config, target, "DSpark drafter")
     a = DSparkAssets(path=path, model=w.model, head_ids=None, head_w=None)
     a.embed = w.embed
     return a

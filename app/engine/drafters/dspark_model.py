@@ -12,7 +12,6 @@ blocks and attention-sink biases are refused (DraftPair's block pass has neither
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import mlx.nn as nn
 
 from app.checkpoints.dspark_config import MODEL_TYPE
 from app.engine.drafters.dflash_model import DFlashConfig, DFlashModel, read_config
-from app.engine.mlx_types import load_arrays
+from app.engine.drafters.folder_weights import fill, read_config_json, read_weights
 from app.errors import DraftPairError
 
 
@@ -107,32 +106,17 @@ class DSparkWeights:
 
 def load_model(folder: Path, dtype: mx.Dtype | None = None) -> DSparkWeights:
     folder = Path(folder)
-    try:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DraftPairError(f"Cannot read the DSpark drafter's config.json in {folder}.") \
-            from exc
+    cfg = read_config_json(folder, "the DSpark drafter")
     if not isinstance(cfg, dict):
         raise DraftPairError(f"The DSpark drafter's config.json in {folder} is not a table.")
     config, extras = read_dspark(cfg)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftPairError(f"The DSpark drafter in {folder} has no weights (*.safetensors).")
-    weights: dict[str, mx.array] = {}
-    for f in files:
-        weights.update(load_arrays(f))
-    weights = {k.removeprefix("model."): v for k, v in weights.items()}
+    weights = {k.removeprefix("model."): v
+               for k, v in read_weights(folder, "the DSpark drafter").items()}
     embed = weights.pop("embed_tokens.weight", None)
     weights.pop("lm_head.weight", None)  # the target's head is used, as mlx-vlm binds it
     model = DSparkModel(config, extras)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as exc:
-        raise DraftPairError(
-            f"The DSpark drafter's weights do not match its settings ({folder.name}).") \
-            from exc
+    fill(model, weights, folder, "the DSpark drafter", dtype)
     if dtype is not None:
-        model.set_dtype(dtype)
         embed = embed.astype(dtype) if embed is not None else None
     mx.eval(model.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     return DSparkWeights(model=model, embed=embed)

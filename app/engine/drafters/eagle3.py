@@ -35,7 +35,7 @@ from app.engine.events import SamplingParams
 from app.engine.mlx_types import item_int
 from app.engine.proposal import Proposal
 from app.engine.rollback import rewind_cache
-from app.engine.taps import Hidden, TapRequest, num_layers, stack
+from app.engine.taps import Hidden, TapRequest, norm_dtype, num_layers, stack
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
@@ -97,9 +97,8 @@ def load(path: Path | str, target: LoadedModel) -> Eagle3Assets:
     """Load an EAGLE-3 drafter folder for ``target``; a plain DraftPairError if they do not
     fit."""
     path = Path(path)
-    inner, _, norm_attr = stack(target.model)
-    norm = getattr(getattr(inner, norm_attr, None), "weight", None)
-    weights = load_model(path, dtype=norm.dtype if norm is not None else None)
+    inner = stack(target.model)[0]
+    weights = load_model(path, dtype=norm_dtype(target.model))
     cfg = weights.model.config
     embed: Any = getattr(inner, "embed_tokens", None)
     w = getattr(embed, "weight", None)

@@ -11,8 +11,6 @@ the target's own (the drafter's copy, when it ships one, is used only when they 
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,8 @@ from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attenti
 from mlx_lm.models.cache import KVCache
 
 from app.checkpoints.eagle3_config import eagle3_config
-from app.engine.mlx_types import flat_arrays, load_arrays
+from app.engine.drafters.dflash_model import MLP
+from app.engine.drafters.folder_weights import fill, read_config_json, read_weights
 from app.errors import DraftPairError
 
 
@@ -106,18 +105,6 @@ class Attention(nn.Module):
         return o
 
 
-class MLP(nn.Module):
-    def __init__(self, c: Eagle3Config):
-        super().__init__()  # type: ignore[no-untyped-call]  # MLX is not annotated
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-
-    def __call__(self, x: mx.array) -> mx.array:
-        out: mx.array = self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
-        return out
-
-
 class Layer(nn.Module):
     """A decoder layer; the first one reads ``[embed ; hidden]`` (``first``)."""
 
@@ -130,7 +117,7 @@ class Layer(nn.Module):
             self.hidden_norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.self_attn = Attention(c, 2 * c.hidden_size if first else c.hidden_size)
         self.post_attention_layernorm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
-        self.mlp = MLP(c)
+        self.mlp = MLP(c.hidden_size, c.intermediate_size)
 
     def __call__(self, h: mx.array, embeds: mx.array | None, position: int,
                  cache: KVCache) -> mx.array:
@@ -261,36 +248,17 @@ class Eagle3Weights:
 
 def load_model(folder: Path, dtype: mx.Dtype | None = None) -> Eagle3Weights:
     folder = Path(folder)
-    try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DraftPairError(f"Cannot read the EAGLE-3 drafter's config.json in {folder}.") from exc
+    raw = read_config_json(folder, "the EAGLE-3 drafter")
     config = read_config(raw if isinstance(raw, dict) else {}, folder)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftPairError(f"The EAGLE-3 drafter in {folder} has no weights (*.safetensors).")
-    weights: dict[str, mx.array] = {}
-    for f in files:
-        weights.update(load_arrays(f))
-    net, extra = sanitize(weights)
+    net, extra = sanitize(read_weights(folder, "the EAGLE-3 drafter"))
     if "lm_head.weight" not in net and config.tie_word_embeddings and not config.reduced \
             and "embed_tokens" in extra:
         net["lm_head.weight"] = extra["embed_tokens"]
     model = Eagle3Model(config)
-    try:
-        model.load_weights(list(net.items()), strict=True)
-    except ValueError as exc:
-        raise DraftPairError(
-            f"The EAGLE-3 drafter's weights do not match its settings ({folder.name}).") from exc
-    if dtype is not None:
-        model.set_dtype(dtype)
+    fill(model, net, folder, "the EAGLE-3 drafter", dtype)
     d2t = extra["d2t"].astype(mx.int32) if "d2t" in extra else None
     embed = extra.get("embed_tokens")
     if embed is not None and dtype is not None:
         embed = embed.astype(dtype)
     mx.eval(model.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     return Eagle3Weights(model=model, d2t=d2t, has_t2d="t2d" in extra, embed=embed)
-
-
-def n_params(model: nn.Module) -> int:
-    return sum(int(math.prod(v.shape)) for _, v in flat_arrays(model.parameters()))

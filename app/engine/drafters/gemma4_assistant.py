@@ -27,7 +27,7 @@ from app.engine.drafters.base import Drafter
 from app.engine.drafters.gemma4_assistant_model import AssistantModel, load_model, swa_mask
 from app.engine.events import SamplingParams
 from app.engine.proposal import Proposal
-from app.engine.taps import Hidden, SharedKV, TapRequest, stack
+from app.engine.taps import Hidden, SharedKV, TapRequest, norm_dtype, stack
 from app.errors import DraftPairError
 
 if TYPE_CHECKING:
@@ -65,9 +65,7 @@ def target_problem(model: AssistantModel, target: LoadedModel) -> str | None:
 
 
 def load(path: Path | str, target: LoadedModel) -> AssistantModel:
-    inner, _, norm_attr = stack(target.model)
-    norm = getattr(getattr(inner, norm_attr, None), "weight", None)
-    model = load_model(Path(path), dtype=norm.dtype if norm is not None else None)
+    model = load_model(Path(path), dtype=norm_dtype(target.model))
     problem = target_problem(model, target)
     if problem:
         raise DraftPairError(problem[0].upper() + problem[1:] + ".")

@@ -10,7 +10,6 @@ decoder layers with every layer KV-shared (what the Hugging Face config does whe
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import mlx.nn as nn
 from mlx_lm.models import gemma4_text
 
 from app.checkpoints.gemma4_assistant_config import is_gemma4_assistant
-from app.engine.mlx_types import load_arrays
+from app.engine.drafters.folder_weights import fill, read_config_json, read_weights
 from app.errors import DraftPairError
 
 
@@ -112,29 +111,12 @@ def swa_mask(position: int, kv_len: int, valid: int, window: int,
 
 def load_model(folder: Path, dtype: mx.Dtype | None = None) -> AssistantModel:
     folder = Path(folder)
-    try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DraftPairError(f"Cannot read the Gemma 4 assistant's config.json in {folder}.") \
-            from exc
+    raw = read_config_json(folder, "the Gemma 4 assistant")
     config = read_config(raw if isinstance(raw, dict) else {})
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise DraftPairError(f"The Gemma 4 assistant in {folder} has no weights "
-                             "(*.safetensors).")
-    weights: dict[str, mx.array] = {}
-    for f in files:
-        weights.update(load_arrays(f))
+    weights = read_weights(folder, "the Gemma 4 assistant")
     if config.tie_word_embeddings:
         weights.pop("lm_head.weight", None)
     model = AssistantModel(config)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as exc:
-        raise DraftPairError(
-            f"The Gemma 4 assistant's weights do not match its settings ({folder.name}).") \
-            from exc
-    if dtype is not None:
-        model.set_dtype(dtype)
+    fill(model, weights, folder, "the Gemma 4 assistant", dtype)
     mx.eval(model.parameters())  # type: ignore[no-untyped-call]  # MLX is not annotated
     return model

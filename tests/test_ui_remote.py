@@ -61,7 +61,7 @@ def test_compare_against_a_draftpair_server(qtbot, window, served):
     assert s.remote == served.url.split("//")[1] and s.rate_source == "server"
     # greedy on both sides, same target: the server's speculation keeps the text exact
     assert s.compared_by == "tokens" and s.identical and s.compared_tokens == 24
-    assert s.kind == "full-model" and s.proposed is not None and s.proposed > 0
+    assert s.kind == served.engine.info.default_kind and s.proposed is not None and s.proposed > 0
     assert s.extra_memory_bytes is None  # another process: not comparable, not zero
     card = cmp.card_body.text()
     assert "On: " + s.remote in card and "not comparable" in card

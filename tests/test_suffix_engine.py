@@ -66,7 +66,10 @@ def test_one_keys_replies_are_never_proposed_to_another_key(session):
     a, b = scope_for_key("key-a"), scope_for_key("key-b")
     secret = run(session, prompt=PROMPTS[2], max_tokens=40, draft_kind=kind, reply_scope=a)
     reply = list(secret.token_ids)
-    assert session.replies.index(a) is not None and len(reply) >= 8
+    kept = session.replies.index(a)
+    assert kept is not None and len(reply) >= 8
+    # the whole reply is kept, its last step's tokens included
+    assert [list(seq) for seq in kept.seqs.values()] == [reply]
 
     half = reply[: len(reply) // 2]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from app.engine.drafters.base import Proposal
 from app.engine.drafters.prompt_lookup import PromptLookupDrafter
 from app.engine.events import SamplingParams
 from app.engine.suffix_index import NOTHING, SuffixIndex
@@ -85,6 +86,9 @@ class SuffixDrafter(PromptLookupDrafter):
 
     def _reset(self) -> None:
         super()._reset()
+        # the round loop's committed text (it grows in place): read at close, it holds the
+        # last step's tokens too, which the loop does not hand to ``observe``
+        self._committed: list[int] | None = None
         self.index = SuffixLookup(self.memory, self.scope, factor=self.factor,  # type: ignore[assignment]
                                   min_prob=self.min_prob)
         self.prompt_len = 0
@@ -97,10 +101,20 @@ class SuffixDrafter(PromptLookupDrafter):
                 self.memory.remember(self.scope, reply)
         return out
 
+    def propose(self, committed: list[int], k: int) -> Proposal | None:
+        self._committed = committed
+        return super().propose(committed, k)
+
+    def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,
+                new_tokens: list[int], hidden: Any = None) -> None:
+        self._committed = committed
+        super().observe(committed, proposal, accepted, new_tokens, hidden)
+
     def close(self) -> None:
         """Keep this request's reply for the scope's later requests."""
         if self.memory is not None and self.scope is not None:
-            self.memory.remember(self.scope, list(self.index.tokens)[self.prompt_len:])
+            text = self._committed if self._committed is not None else self.index.tokens
+            self.memory.remember(self.scope, list(text)[self.prompt_len:])
 
     def stats(self) -> dict[str, Any]:
         index: SuffixLookup = self.index  # type: ignore[assignment]

@@ -15,6 +15,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from app import kinds
+from app.engine import session_warmup
 from app.engine.auto_policy import AutoPolicy, VerifyCost, linear_verify_cost
 from app.engine.auto_source import AutoSource, Member
 from app.engine.events import GenerationRequest, NoticeEvent, StatusEvent
@@ -88,8 +89,8 @@ def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int]
         if drafter is None:
             continue
         width = plugin.default_width
-        measured = yield from session._warmup(plugin.name, drafter, width, context=len(prompt),
-                                             cancel=cancel)
+        measured = yield from session_warmup.warm_up(session, plugin.name, drafter, width,
+                                                     context=len(prompt), cancel=cancel)
         warmup_s += session.last_warmup_s
         drafter.step_cost = measured["draft_cost"]
         rule = choose_rule(req.sampling, stochastic_draft=plugin.stochastic)

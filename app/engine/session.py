@@ -28,22 +28,11 @@ import mlx.core as mx
 from app import kinds
 from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
-from app.engine import auto_build, proposals, rollback, tree_build
+from app.engine import auto_build, proposals, rollback, session_warmup, tree_build
 from app.engine import context as limits
 from app.engine.auto_policy import Memory
-from app.engine.calibration import Calibration, CalibrationStore, drafter_key, target_key
-from app.engine.calibration_measure import (
-    BUDGET_S,
-    CALIBRATE_BUDGET_S,
-    CALIBRATE_REPEATS,
-    IDLE_LOAD,
-    MAX_PASS,
-    REPEATS,
-    current_load,
-    measure_drafter,
-    measure_target,
-    needs_measuring,
-)
+from app.engine.calibration import Calibration, CalibrationStore, target_key
+from app.engine.calibration_measure import CALIBRATE_BUDGET_S, IDLE_LOAD, current_load
 from app.engine.decode import RoundLoop
 from app.engine.drafter_context import DrafterContext
 from app.engine.drafters.base import Drafter
@@ -337,8 +326,8 @@ class Session:
             verify_slope = None
             warmup_ms = 0.0
             if drafter is not None:
-                costs = yield from self._warmup(kind, drafter, width, context=len(prompt),
-                                                cancel=cancel)
+                costs = yield from session_warmup.warm_up(self, kind, drafter, width,
+                                                          context=len(prompt), cancel=cancel)
                 warmup_ms = self.last_warmup_s * 1e3
                 drafter.step_cost = costs["draft_cost"]
                 verify_slope = costs["verify_slope"]
@@ -395,106 +384,17 @@ class Session:
             self._tap_union = union_taps or TapRequest()
         return None if self._tap_union.empty else self._tap_union
 
-    def _warmup(
-        self, kind: str, drafter: Drafter, width: int, *, context: int,
-        cancel: threading.Event | None = None,
-    ) -> Generator[StatusEvent, None, dict[str, float]]:
-        """The width policy's costs at ``context`` (``verify_slope``, ``draft_cost`` in plain
-        steps) from this machine's calibration. What no kept table holds yet (the target's
-        passes, this drafter's step) is measured now, with progress in plain words, and kept
-        for every later process; with a kept table nothing is run."""
-        assert self.target is not None
-        started = time.perf_counter()
-        self.last_warmup_s = 0.0
-        measured = False
-        cal = self.calibration
-        if cal is None:
-            cal = yield from self._measure_target(cancel)
-            if cal is None:  # stopped: the round loop ends the request at once
-                return {"verify_slope": DEFAULT_VERIFY_SLOPE, "draft_cost": drafter.step_cost}
-            self.calibrations.save(cal)
-            measured = True
-        dkey = self.drafter_key(kind)
-        if needs_measuring(drafter) and cal.draft_ms(dkey) is None:
-            label = kinds.get(kind).label
-            yield StatusEvent("warmup", f"Measuring the drafter's speed on this computer, only "
-                              f"the first time: {label}", None)
-            ms = measure_drafter(drafter, list(range(1, max(width, 1) + 1)))
-            if ms is not None:
-                cal = cal.with_drafter(dkey, ms, label)
-                self.calibrations.save(cal)
-            measured = True
-        self.calibration = cal
-        if measured:
-            self.last_warmup_s = time.perf_counter() - started
-        drafter.set_verify_costs(cal.verify_costs(max(MAX_PASS, width + 1), context))
-        draft_cost = cal.draft_cost(dkey, context)
-        return {"verify_slope": cal.verify_slope(width, context),
-                "draft_cost": drafter.step_cost if draft_cost is None else draft_cost}
-
     def recalibrate(
         self, kind_names: list[str], *, budget_s: float = CALIBRATE_BUDGET_S,
         cancel: threading.Event | None = None,
     ) -> Generator[StatusEvent, None, Calibration | None]:
         """Measure this machine again for the loaded target and the drafters of ``kind_names``
         (those that run a model), keep the table and return it (None when stopped)."""
-        assert self.target is not None
-        cal = yield from self._measure_target(cancel, budget_s=budget_s, words=MEASURE_WORDS,
-                                              repeats=CALIBRATE_REPEATS)
-        if cal is None:
-            return None
-        for kind in kind_names:
-            if cancel is not None and cancel.is_set():
-                return None  # nothing kept: the table kept before stays as it was
-            plugin = kinds.get(kind)
-            drafter = self.make_drafter(GenerationRequest(draft_kind=kind))
-            if drafter is None or not needs_measuring(drafter):
-                continue
-            label = plugin.label
-            yield StatusEvent("warmup", f"Measuring the drafter's speed: {label}", None)
-            ms = measure_drafter(drafter, list(range(1, plugin.default_width + 1)))
-            if ms is not None:
-                cal = cal.with_drafter(drafter_key(kind, self._drafter_folder(kind)), ms, label)
-        self.calibrations.save(cal)
-        self.calibration = cal
-        return cal
+        return session_warmup.recalibrate(self, kind_names, budget_s=budget_s, cancel=cancel)
 
     def drafter_key(self, kind: str) -> str:
         """The calibration's name for the drafter of ``kind`` that is loaded now."""
-        return drafter_key(kind, self._drafter_folder(kind))
-
-    def _measure_target(
-        self, cancel: threading.Event | None, *, budget_s: float = BUDGET_S,
-        words: str | None = None, repeats: int = REPEATS,
-    ) -> Generator[StatusEvent, None, Calibration | None]:
-        """The target's table, measured now (None when stopped)."""
-        assert self.target is not None
-        sweep = measure_target(self.target, context_limit=self.context_length(),
-                               budget_s=budget_s, repeats=repeats)
-        words = words or WARMUP_WORDS
-        yield StatusEvent("warmup", words.format(done=0, total="…"), 0.0)
-        while True:
-            if cancel is not None and cancel.is_set():
-                sweep.close()
-                return None
-            try:
-                step = next(sweep)
-            except StopIteration as end:
-                cal: Calibration = end.value
-                break
-            yield StatusEvent("warmup", words.format(done=step.done, total=step.total),
-                              step.fraction)
-        return cal
-
-    def _drafter_folder(self, kind: str) -> Path | None:
-        """The files a kind's drafter runs (None: the target's own, or none)."""
-        path = getattr(self.assets.get(kind), "path", None)
-        return Path(path) if path is not None else None
-
-
-WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first time "
-                "({done} of {total})")
-MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
+        return session_warmup.loaded_drafter_key(self, kind)
 
 
 def _read_config(folder: Path) -> dict[str, Any]:

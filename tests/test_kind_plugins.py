@@ -252,14 +252,14 @@ def test_a_folder_for_a_kind_that_takes_none_is_refused_in_one_sentence(fixed_ki
 def test_bench_loads_the_draft_folder_for_any_kind_that_reads_one(tmp_path):
     """``bench --kinds dflash --draft-model X`` on a target that is not the demo loads X (the
     bench used to load a draft only when the full-model kind was measured)."""
-    from app.bench.runner import BenchConfig, _load_session, plan_conditions
+    from app.bench.runner import BenchConfig, load_session, plan_conditions
     from tests import builders_dflash as bd
 
     target, folder = bd.make_pair(tmp_path, "2026")
     dflash = kinds.for_folder({"architectures": ["DFlashDraftModel"]})
     assert dflash is not None and not dflash.folder_fallback
     config = BenchConfig(model=str(target), draft_model=str(folder), kinds=(dflash.name,))
-    session = _load_session(config)
+    session = load_session(config)
     assert session.draft_kind == dflash.name and session.assets[dflash.name].path == folder
     conditions, skipped = plan_conditions(session, config)
     assert dflash.name in [c.draft_kind for c in conditions] and not skipped

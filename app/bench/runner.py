@@ -135,7 +135,7 @@ def run_bench(
     t0 = time.perf_counter()
     if session is None:
         say(Progress(0, 1, f"loading {config.model}"))
-        session = _load_session(config)
+        session = load_session(config)
     conditions, skipped = plan_conditions(session, config)
     prompts = {t.id: _encode(session, t) for t in tasks}
     chats = {t.id: t.messages for t in tasks}
@@ -234,7 +234,9 @@ def _max_tokens(config: BenchConfig, task: Task) -> int:
     return config.max_tokens or task.max_tokens
 
 
-def _load_session(config: BenchConfig) -> Any:
+def load_session(config: BenchConfig) -> Any:
+    """A Session with ``config``'s target loaded, and its draft folder when a kind measured
+    needs one (call it on the thread that owns MLX)."""
     from app.engine.session import Session
 
     session = Session()

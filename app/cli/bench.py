@@ -189,7 +189,7 @@ def _run_rollback(args: argparse.Namespace) -> int:
 def _run_sequences(args: argparse.Namespace) -> int:
     import json
 
-    from app.bench.runner import BenchConfig, _load_session
+    from app.bench.runner import BenchConfig, load_session
     from app.bench.sequences import (
         default_kinds,
         load_sequences,
@@ -211,7 +211,7 @@ def _run_sequences(args: argparse.Namespace) -> int:
                 raise CliError(f"--tasks: no multi-request task {unknown[0]!r}; choose from "
                                f"{', '.join(t.id for t in tasks)}")
             tasks = [t for t in tasks if t.id in args.tasks]
-        session = _load_session(BenchConfig(model=args.model, kinds=tuple(kind_names)))
+        session = load_session(BenchConfig(model=args.model, kinds=tuple(kind_names)))
         with stop_on_ctrl_c(cancel):
             report = run_sequences(
                 session, tasks, plan(kind_names), temperatures=tuple(args.temps or (0.0,)),

@@ -113,9 +113,10 @@ def register(subparsers) -> None:
     sr.add_argument("--max-tokens", type=int, default=256, help="reply length cap")
     sr.set_defaults(func=_teacher_self)
 
-    from app.cli import demo_dflash
+    from app.cli import demo_dflash, demo_eagle3
 
     demo_dflash.register(sub)
+    demo_eagle3.register(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -1,4 +1,5 @@
-"""Register the demo models ("demo", "demo-draft", "demo-mtp", "demo-dflash") as built-ins
+"""Register the demo models ("demo", "demo-draft", "demo-mtp", "demo-dflash",
+"demo-eagle3") as built-ins
 (called at start-up)."""
 
 from __future__ import annotations
@@ -61,12 +62,27 @@ DFLASH_NOTE = ("The DFlash drafter trained for the demo: a small demonstration m
                "DraftPair, for the demo model only.")
 
 
-def _present_dflash() -> Path | None:
-    from app.engine.drafters.dflash import DEMO_FOLDER
+EAGLE3_NOTE = ("The EAGLE-3 drafter trained for the demo: a small demonstration made by "
+               "DraftPair, for the demo model only.")
+
+
+def _present_folder(name: str) -> Path | None:
     from app.resources import resource_path
 
-    p = resource_path(DEMO_FOLDER)
+    p = resource_path(name)
     return p if (p / "config.json").is_file() and (p / "model.safetensors").is_file() else None
+
+
+def _present_dflash() -> Path | None:
+    from app.engine.drafters.dflash import DEMO_FOLDER
+
+    return _present_folder(DEMO_FOLDER)
+
+
+def _present_eagle3() -> Path | None:
+    from app.engine.drafters.eagle3 import DEMO_FOLDER
+
+    return _present_folder(DEMO_FOLDER)
 
 
 def _shipped(present: Callable[[], Path | None], what: str, command: str):
@@ -92,3 +108,7 @@ def register_demo_models() -> None:
     # the demo target's DFlash drafter: listed, so pickers and checks offer it by name
     register(Builtin("demo-dflash", _shipped(_present_dflash, "DFlash drafter", "train-dflash"),
                      _present_dflash, note=DFLASH_NOTE))
+    # the demo target's EAGLE-3 drafter: listed, as the DFlash one
+    register(Builtin("demo-eagle3", _shipped(_present_eagle3, "EAGLE-3 drafter",
+                                             "train-eagle3"),
+                     _present_eagle3, note=EAGLE3_NOTE))

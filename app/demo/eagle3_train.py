@@ -108,6 +108,20 @@ def config_json(c: Any, target_cfg: dict, verifier: str) -> dict:
     }
 
 
+def drafter_arrays(weights: dict[str, Any], head_ids: list[int], vocab: int) -> dict[str, Any]:
+    """The trained weights as a drafter folder stores them: float16, with ``d2t`` (draft id
+    ``j`` -> target id ``j + d2t[j]``) and ``t2d`` (which target ids the drafter speaks)."""
+    import mlx.core as mx
+
+    out = {k: v.astype(mx.float16) for k, v in weights.items()}
+    keep = np.asarray(sorted(head_ids), dtype=np.int64)
+    out["d2t"] = mx.array(keep - np.arange(len(keep), dtype=np.int64))
+    t2d = np.zeros(vocab, dtype=bool)
+    t2d[keep] = True
+    out["t2d"] = mx.array(t2d)
+    return out
+
+
 def init_from_target(model: Any, target: Any, head_ids: list[int], mlp_from: int) -> None:
     import mlx.core as mx
 
@@ -223,6 +237,7 @@ class Trainer:
 
         self.workdir = workdir
         self.log = log
+        workdir.mkdir(parents=True, exist_ok=True)
         state_path = workdir / "state.json"
         self.state = json.loads(state_path.read_text()) if state_path.exists() else {}
         if self.state.get("recipe"):
@@ -263,13 +278,14 @@ class Trainer:
         frac = min(1.0, elapsed / max(r.minutes * 60.0, 1.0))
         return r.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
-    def train(self, seqs: list[Sequence], seconds: float) -> float:
+    def train(self, seqs: list[Sequence], seconds: float, max_steps: int | None = None) -> float:
         import mlx.core as mx
 
         r = self.recipe
         start = time.monotonic()
-        losses = []
-        while time.monotonic() - start < seconds:
+        losses: list[float] = []
+        while time.monotonic() - start < seconds and (max_steps is None
+                                                      or len(losses) < max_steps):
             picks = self.rng.sample(seqs, min(r.seqs, len(seqs)))
             batch = [self.batcher.make(s, self.rng) for s in picks]
             self.opt.learning_rate = self.lr(self.state["train_seconds"]
@@ -313,7 +329,8 @@ def teacher_records(archive: Path) -> tuple[list[dict], list[dict]]:
     """(training, held-out) teacher records of the project's archive."""
     from app.demo.teacher_archive import read_archive
 
-    train, held = [], []
+    train: list[dict] = []
+    held: list[dict] = []
     for r in read_archive(archive):
         (held if r.get("split") == "heldout" else train).append(r)
     return train, held

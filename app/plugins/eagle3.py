@@ -12,6 +12,7 @@ from app.plugins.engine_kind import EngineModuleKind
 if TYPE_CHECKING:
     from app.checkpoints.inspect import CheckpointInfo
     from app.checkpoints.pairing.report import FindingList
+    from app.engine.drafter_context import DrafterContext
 
 
 class Eagle3(EngineModuleKind):
@@ -26,6 +27,7 @@ class Eagle3(EngineModuleKind):
     needs_taps = True
     stochastic = True
     scratch_width = 8
+    demo_draft = "demo-eagle3"
     suggest_bonus = 5.0  # a drafter made for the target tends to pay best
     aliases = ("eagle-3", "eagle")
 
@@ -52,6 +54,11 @@ class Eagle3(EngineModuleKind):
 
     def folder_reason(self, ratio: float | None) -> str:
         return "An EAGLE-3 drafter made for this target."
+
+    def load_assets(self, ctx: DrafterContext) -> Any:
+        from app.engine.drafters import eagle3
+
+        return eagle3.load_default(ctx)
 
 
 PLUGIN = Eagle3()

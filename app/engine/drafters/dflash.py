@@ -149,23 +149,9 @@ def _calibration(folder: Path) -> tuple[float, ...]:
 
 def demo_folder(target: LoadedModel) -> Path | None:
     """The shipped demo drafter's folder when ``target`` is the demo target (reads nothing)."""
-    from app.resources import resource_path
+    from app.engine.drafters.demo_folders import shipped_for_demo
 
-    folder = resource_path(DEMO_FOLDER)
-    if not (folder / "config.json").exists() or not _is_demo_target(target):
-        return None
-    return folder
-
-
-def _is_demo_target(target: LoadedModel) -> bool:
-    try:
-        from app.checkpoints.builtins import get
-
-        demo = get("demo")
-        folder = demo.present() if demo is not None else None
-        return folder is not None and Path(target.path).resolve() == Path(folder).resolve()
-    except Exception:  # noqa: BLE001 - no demo target prepared: not the demo target
-        return False
+    return shipped_for_demo(target, DEMO_FOLDER)
 
 
 def unavailable(ctx: DrafterContext) -> str | None:

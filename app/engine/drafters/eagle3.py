@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from app.engine.drafter_context import DrafterContext
     from app.engine.models import LoadedModel
 
+DEMO_FOLDER = "demo-eagle3"  # the drafter trained for the demo target, in the resources
+
 @dataclass
 class Eagle3Assets:
     path: Path
@@ -121,9 +123,24 @@ def load(path: Path | str, target: LoadedModel) -> Eagle3Assets:
                         embed=embed)
 
 
+def demo_folder(target: LoadedModel) -> Path | None:
+    """The shipped demo drafter's folder when ``target`` is the demo target (reads nothing)."""
+    from app.engine.drafters.demo_folders import shipped_for_demo
+
+    return shipped_for_demo(target, DEMO_FOLDER)
+
+
+def load_default(ctx: DrafterContext) -> Eagle3Assets | None:
+    """The drafter a target gets with no folder chosen: the demo's own, for the demo target."""
+    folder = demo_folder(ctx.target)
+    return load(folder, ctx.target) if folder is not None else None
+
+
 def unavailable(ctx: DrafterContext) -> str | None:
     a = ctx.asset
     if a is None:
+        if demo_folder(ctx.target) is not None:
+            return None
         return "no EAGLE-3 drafter is loaded (choose an EAGLE-3 drafter folder as the draft)"
     return target_problem(a.config, ctx.target, has_d2t=a.weights.d2t is not None)
 

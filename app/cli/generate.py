@@ -52,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trees", choices=["off", "on", "flat"], default="off",
                    help="trees of candidates from the drafter's distribution: 'on' where "
                         "this computer's verify costs say they pay, 'flat' as if a verify of "
-                        "up to 64 tokens cost one step (a measurement)")
+                        "up to 64 tokens cost one step (a measurement); with --kind auto, "
+                        "'on' lets auto choose a tree over a chain where it pays more, 'flat' "
+                        "prices auto's every choice so, 'off' keeps its drafters to chains")
     p.add_argument("--no-fallback", dest="allow_fallback", action="store_false",
                    help="fail instead of decoding plainly when speculation cannot run")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")

@@ -5,6 +5,11 @@ The members are the kinds the registry lists that propose and do not combine oth
 themselves, so a kind registered later (suffix decoding, a new head) joins auto with no
 change here. A kind that cannot run, does not fit in memory or fails to load is left out,
 with its reason in a notice and in ``Timings.sources_left_out``.
+
+Trees follow the request's ``trees``: "off" (the default) keeps every member to chains; "on"
+lets the members whose kind grows trees (``KindPlugin.grows_trees``) propose tree rounds where
+the policy values them above their chains, a plain step and the other members, priced by this
+machine's table; "flat" prices the whole choice as on a GPU (``_policy``).
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from app import kinds
-from app.engine import session_warmup
+from app.engine import session_warmup, tree_build
 from app.engine.auto_policy import AutoPolicy, VerifyCost, linear_verify_cost
 from app.engine.auto_source import AutoSource, Member
 from app.engine.events import GenerationRequest, NoticeEvent, StatusEvent
-from app.engine.models import LoadedModel
+from app.engine.models import LoadedModel, make_cache
 from app.engine.verify import choose_rule
 from app.engine.width import DEFAULT_VERIFY_SLOPE
 from app.errors import DraftPairError, user_message
@@ -94,19 +99,36 @@ def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int]
         warmup_s += session.last_warmup_s
         drafter.step_cost = measured["draft_cost"]
         rule = choose_rule(req.sampling, stochastic_draft=plugin.stochastic)
-        members.append(Member(plugin.name, drafter, rule, width, eager=not plugin.stochastic))
+        members.append(Member(plugin.name, drafter, rule, width, eager=not plugin.stochastic,
+                              trees=plugin.grows_trees and req.trees != "off"))
     if not members:
         return Built(None, left_out, warmup_s)
-    cal = session.calibration
-    verify_cost: VerifyCost = (cal.verify_cost if cal is not None
-                               else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
-    policy = AutoPolicy({m.name: m.width for m in members}, verify_cost=verify_cost,
-                        draft_cost={m.name: m.drafter.cost for m in members},
-                        evidence=session.auto_memory.for_chat(req.conversation))
+    policy = _policy(session, req, members)
     rule = choose_rule(req.sampling, stochastic_draft=any(
         kinds.get(m.name).stochastic for m in members))
     yield NoticeEvent(kind, describe_members([m.name for m in members], left_out))
     return Built(AutoSource(members, policy, rule=rule, kind=kind), left_out, warmup_s)
+
+
+def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> AutoPolicy:
+    """The request's choice: priced by this machine's table, or with ``trees="flat"`` by a
+    flat one (a pass over up to 64 tokens costing one step, as on a GPU: a measurement of
+    what auto would choose there, chains and trees alike, step times not learnt)."""
+    flat = req.trees == "flat"
+    cal = session.calibration
+    verify_cost: VerifyCost = (tree_build.flat_cost() if flat
+                               else cal.verify_cost if cal is not None
+                               else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
+    trees = frozenset(m.name for m in members if m.trees)
+    again = False
+    if trees:
+        assert session.target is not None
+        again = tree_build.second_pass(session.target, make_cache(session.target))
+    return AutoPolicy({m.name: m.width for m in members}, verify_cost=verify_cost,
+                      draft_cost={m.name: m.drafter.cost for m in members},
+                      evidence=session.auto_memory.for_chat(req.conversation),
+                      trees=trees, tree_host=0.0 if flat else tree_build.ONE_PASS_OVERHEAD,
+                      second_pass=again, learn_time=not flat)
 
 
 def unavailable(session: Session, req: GenerationRequest | None) -> str | None:

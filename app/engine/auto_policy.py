@@ -22,6 +22,18 @@ costs, never the target's output for the round being chosen, so each round's own
 rule keeps the reply exact: identical to plain decoding at temperature 0, the same
 distribution above it.
 
+A source that grows trees (``trees``) is also valued as a tree: its chain of ``k`` plus extra
+leaves, runner-up tokens beside the chain. Its evidence also counts, each time one of its
+proposals was rejected, whether the target's token was the drafter's first, second or third
+runner-up there (``Evidence.runner_rates``); a leaf of rank ``r`` beside proposal ``d`` then
+adds ``reach_d * (1 - a_d) * runner_r`` expected tokens, and a tree of ``n`` nodes costs the
+verify pass over ``n + 1`` tokens from the same table plus what a tree round costs beyond it
+(``tree_extra``: measured once tree rounds ran, else the estimate of ``tree_build``). The
+leaves are added most valuable first while the value grows, so the choice between a chain, a
+tree and a plain step is one expected-value rule: on a flat table (a pass over 16 tokens
+costing about one step, a GPU) trees pay, on a CPU's table they rarely do. Which leaves a
+tree round gets is then decided from the drafter's own distribution (``tree_build``).
+
 Evidence is carried across requests of the same chat (``Memory``, keyed by the request's
 conversation), so a chat that copies a file keeps preferring copies from its first round.
 """
@@ -41,6 +53,11 @@ PLAIN_DECAY = 0.97  # every plain step ages every source's evidence
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
 OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
 MEMORY_CHATS = 64  # chats whose evidence is kept
+# after a rejected proposal: how often the target's token is the drafter's 1st/2nd/3rd
+# runner-up there, before any is observed
+RUNNER_PRIOR = (0.15, 0.07, 0.04)
+MAX_TREE_NODES = 16  # a tree round verifies at most this many nodes (the table's widest)
+TREE_OVERHEAD_RANGE = (0.0, 3.0)  # a tree round's measured cost beyond a chain's, in steps
 
 
 @dataclass
@@ -50,6 +67,8 @@ class Evidence:
     prior: float = PRIOR_RATE
     reached: list[float] = field(default_factory=list)
     hits: list[float] = field(default_factory=list)
+    misses: float = 0.0  # decayed rejections whose runner-ups were looked at
+    runner: list[float] = field(default_factory=list)  # of those: the target's token's rank
 
     @property
     def rounds(self) -> float:
@@ -79,9 +98,24 @@ class Evidence:
             self.reached[j] = decay * self.reached[j] + 1
             self.hits[j] = decay * self.hits[j] + (1 if j < accepted else 0)
 
+    def runner_rates(self) -> list[float]:
+        """Given a rejected proposal: the chance the target's token was the drafter's
+        runner-up of each rank (first, second, third)."""
+        return [((self.runner[r] if r < len(self.runner) else 0.0) + PRIOR_WEIGHT * prior)
+                / (self.misses + PRIOR_WEIGHT) for r, prior in enumerate(RUNNER_PRIOR)]
+
+    def observe_miss(self, rank: int | None, decay: float = DECAY) -> None:
+        """A rejected proposal: the target's token was runner-up ``rank`` (0: the first) or
+        none of them (None)."""
+        self.runner = [decay * (self.runner[r] if r < len(self.runner) else 0.0)
+                       + (1.0 if r == rank else 0.0) for r in range(len(RUNNER_PRIOR))]
+        self.misses = decay * self.misses + 1
+
     def age(self, decay: float = PLAIN_DECAY) -> None:
         self.reached = [r * decay for r in self.reached]
         self.hits = [h * decay for h in self.hits]
+        self.misses *= decay
+        self.runner = [h * decay for h in self.runner]
 
 
 def expected_tokens(rates: list[float], k: int) -> float:
@@ -107,6 +141,7 @@ class Choice:
     width: int
     value: float  # expected tokens per plain step
     probe: bool = False
+    nodes: int = 0  # a tree round of this many nodes (``width`` of them its chain); 0: a chain
 
 
 class AutoPolicy:
@@ -114,9 +149,15 @@ class AutoPolicy:
                  draft_cost: dict[str, Callable[[int], float]] | None = None,
                  evidence: dict[str, Evidence] | None = None,
                  priors: dict[str, float] | None = None,
-                 probe_every: int = 16, probe_max: int = 64):
+                 probe_every: int = 16, probe_max: int = 64,
+                 trees: frozenset[str] = frozenset(), tree_host: float = 0.0,
+                 second_pass: bool = False, learn_time: bool = True):
         """``widths``: each source's widest round; ``draft_cost[source](k)``: proposing ``k``
-        in plain steps; ``evidence``: a chat's evidence, updated in place."""
+        in plain steps; ``evidence``: a chat's evidence, updated in place. ``trees``: the
+        sources whose rounds may be trees; ``tree_host``: what a tree round costs beyond its
+        pass before any was measured (host work, plain steps); ``second_pass``: the target
+        verifies trees path by path and feeds the kept path again (priced from the table);
+        ``learn_time``: measured step times refine the costs (off: the table alone)."""
         self.widths = dict(widths)
         self.verify_cost = verify_cost
         self.draft_cost = dict(draft_cost or {})
@@ -131,16 +172,35 @@ class AutoPolicy:
         self.probing = False
         self.step_ms: float | None = None
         self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
+        self.trees = frozenset(trees)
+        self.tree_host = tree_host
+        self.second_pass = second_pass
+        self.learn_time = learn_time
+        self.tree_overhead: dict[str, float] = {}  # per source: a tree round's measured extra
 
     # -- values -----------------------------------------------------------------------
-    def round_cost(self, source: str, k: int, context: int) -> float:
-        """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``)."""
+    def drafting(self, source: str, k: int) -> float:
+        cost = self.draft_cost.get(source)
+        return max(0.0, cost(k)) if cost is not None and k > 0 else 0.0
+
+    def round_cost(self, source: str, k: int, context: int, nodes: int = 0) -> float:
+        """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``);
+        ``nodes > k``: a tree of that many nodes grown from them."""
         if k <= 0:
             return 1.0
-        cost = self.draft_cost.get(source)
-        drafting = max(0.0, cost(k)) if cost is not None else 0.0
-        return max(1.0, self.verify_cost(k + 1, context) + drafting
-                   + self.overhead.get(source, 0.0))
+        tree = self.tree_extra(source, k, context) if nodes > k else 0.0
+        return max(1.0, self.verify_cost(max(k, nodes) + 1, context) + self.drafting(source, k)
+                   + self.overhead.get(source, 0.0) + tree)
+
+    def tree_extra(self, source: str, k: int, context: int) -> float:
+        """What a tree round from a chain of ``k`` costs beyond the pass over its nodes, in
+        plain steps: as measured on this machine once tree rounds ran, else the host work's
+        estimate plus, where trees are verified path by path, the second pass over the kept
+        path (at most ``k + 1`` tokens, from the table)."""
+        measured = self.tree_overhead.get(source)
+        if measured is not None:
+            return measured
+        return self.tree_host + (self.verify_cost(k + 1, context) if self.second_pass else 0.0)
 
     def value(self, source: str, k: int, context: int, rates: list[float] | None = None) -> float:
         """Expected committed tokens per plain step of a round of ``k`` (0: a plain step)."""
@@ -164,6 +224,33 @@ class AutoPolicy:
         return max(((k, self.value(source, k, context, rates)) for k in range(1, k_max + 1)),
                    key=lambda kv: kv[1])
 
+    def best_tree(self, source: str, k_max: int, context: int) -> tuple[int, int, float]:
+        """The best tree round of ``source`` with a chain of at most ``k_max``: (chain
+        length, nodes, value); (0, 0, 0.0) when none can be grown. Leaves are added most
+        valuable first (``runner_rates``) while the value grows."""
+        k_max = min(k_max, self.widths.get(source, 0), MAX_TREE_NODES - 1)
+        if source not in self.trees or k_max <= 0:
+            return 0, 0, 0.0
+        rates = self.hopeful_rates(source, k_max)
+        runner = self.evidence[source].runner_rates()
+        verify = [self.verify_cost(n, context) for n in range(MAX_TREE_NODES + 2)]
+        base = self.overhead.get(source, 0.0)
+        best = (0, 0, 0.0)
+        for k in range(1, k_max + 1):
+            reach = [1.0]
+            for r in rates[:k]:
+                reach.append(reach[-1] * r)
+            gains = sorted((reach[d] * (1.0 - rates[d]) * p for d in range(k) for p in runner),
+                           reverse=True)[: MAX_TREE_NODES - k]
+            tokens = expected_tokens(rates, k)
+            fixed = self.drafting(source, k) + base + self.tree_extra(source, k, context)
+            for n, gain in enumerate(gains, start=k + 1):
+                tokens += gain
+                value = tokens / max(1.0, verify[n + 1] + fixed)
+                if value > best[2]:
+                    best = (k, n, value)
+        return best
+
     # -- the choice ---------------------------------------------------------------------
     def choose(self, room: int, context: int, *, fixed: dict[str, int] | None = None,
                absent: frozenset[str] = frozenset()) -> Choice | None:
@@ -182,6 +269,10 @@ class AutoPolicy:
                      else 1.0)
             else:
                 k, v = self.best(name, room, context)
+                tk, nodes, tv = self.best_tree(name, room, context)
+                if tk > 0 and tv > v and (best is None or tv > best.value):
+                    best = Choice(name, tk, tv, nodes=nodes)
+                    continue
             if k > 0 and (best is None or v > best.value):
                 best = Choice(name, k, v)
         self.probing = False
@@ -222,14 +313,33 @@ class AutoPolicy:
         if ev is not None:
             ev.observe(proposed, accepted)
 
-    def observe_time(self, source: str | None, k: int, ms: float, context: int) -> None:
-        """Wall time of one step: a plain one (``source`` None) or a round of ``k``. Every
-        step is one target pass here (plain steps are not pipelined beside drafters)."""
+    def observe_miss(self, source: str, rank: int | None) -> None:
+        """A rejected proposal of ``source``: the target's token was its drafter's runner-up
+        ``rank`` there (None: none of the first ``len(RUNNER_PRIOR)``)."""
+        ev = self.evidence.get(source)
+        if ev is not None:
+            ev.observe_miss(rank)
+
+    def observe_time(self, source: str | None, k: int, ms: float, context: int,
+                     nodes: int = 0) -> None:
+        """Wall time of one step: a plain one (``source`` None) or a round of ``k`` (a tree
+        of ``nodes`` when more). Every step is one target pass here (plain steps are not
+        pipelined beside drafters)."""
+        if not self.learn_time:
+            return
         if source is None or k <= 0:
             self.step_ms = ms if self.step_ms is None else (
                 (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
             return
         if not self.step_ms:
+            return
+        if nodes > k:  # what the tree added beyond the pass over its nodes
+            chain_part = self.round_cost(source, k, context) - self.verify_cost(k + 1, context)
+            extra = ms / self.step_ms - self.verify_cost(nodes + 1, context) - chain_part
+            extra = min(max(extra, TREE_OVERHEAD_RANGE[0]), TREE_OVERHEAD_RANGE[1])
+            old = self.tree_overhead.get(source)
+            self.tree_overhead[source] = extra if old is None else (
+                (1 - TIME_WEIGHT) * old + TIME_WEIGHT * extra)
             return
         saved = self.overhead.pop(source, None)
         modelled = self.round_cost(source, k, context)

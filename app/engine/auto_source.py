@@ -11,6 +11,13 @@ tokens a step committed, with the target rows that step kept (``Fleet``: one dra
 round loop and the prompt cache, whose taps are the union of the members'), and only the
 member whose proposal was verified sees it as its own. So the MTP head and DFlash always hold
 exactly one row per position the target holds, whoever proposed.
+
+A member that grows trees (``Member.trees``: its kind grows them and the request did not turn
+trees off) keeps its drafter's distribution with each chain. When the policy chooses a tree
+round for it, the chain grows the leaves that pay (``NodeBudget``, priced with the policy's
+costs: the same table, the tree round's measured extra) and is verified by the walk rule;
+every round of it, chain or tree, tells the policy which runner-up the target's token was
+where a proposal was rejected.
 """
 
 from __future__ import annotations
@@ -19,14 +26,17 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from app.engine.auto_policy import AutoPolicy
+from app.engine import sampling as sm
+from app.engine.auto_policy import MAX_TREE_NODES, RUNNER_PRIOR, AutoPolicy
 from app.engine.drafters.base import Drafter
-from app.engine.events import SamplingParams
+from app.engine.events import RULE_REJECTION, RULE_SAMPLE_MATCH, SamplingParams
 from app.engine.lease import union
+from app.engine.mlx_types import float_rows, int_rows
 from app.engine.prompt_cache import CachedState
 from app.engine.proposal import Proposal
 from app.engine.proposals import Pick, ProposalSource
 from app.engine.taps import Hidden, TapRequest
+from app.engine.tree_build import NodeBudget
 
 
 @dataclass
@@ -38,6 +48,7 @@ class Member:
     rule: str  # its acceptance rule under the request's sampling
     width: int  # its widest round
     eager: bool = False  # proposes without a model: asked every step, valued at what it found
+    trees: bool = False  # its chains may grow into trees (its kind grows them, trees not off)
 
 
 class Fleet(Drafter):
@@ -113,6 +124,17 @@ class AutoSource(ProposalSource):
         self.context = 0
         # copies found this step but not chosen: scored against what the step commits
         self.unused: dict[str, list[int]] = {}
+        self.budgets = {m.name: NodeBudget(policy.verify_cost, max_nodes=MAX_TREE_NODES)
+                        for m in members if m.trees}
+        for name in self.budgets:
+            self.members[name].drafter.keep_dist = True
+        self.chain: Proposal | None = None  # this round's chain with its distribution
+
+    def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
+        # a tree's branches would each need their own penalty history: chains then
+        if sm.make_processors(sampling):
+            self.auto.trees = frozenset()
+        return super().begin(prompt, sampling)
 
     @property
     def members_named(self) -> tuple[str, ...]:
@@ -144,10 +166,29 @@ class AutoSource(ProposalSource):
             k = choice.width
             if m.drafter.stops_early and not choice.probe:
                 k = min(room, m.width)
+            if choice.nodes:
+                k = choice.width  # the chain the tree was valued with
             proposal = m.drafter.propose(committed, k)
             if proposal is None or proposal.k == 0:
                 return None
-        return Pick(proposal, m.rule, m.eager, choice.width, source=m.name)
+        self.chain = proposal if m.name in self.budgets and proposal.dist is not None else None
+        rule = m.rule
+        if choice.nodes and m.name in self.budgets:
+            grown = self._grow(m, proposal)
+            if grown is not proposal:  # its extra leaves are not draws from q: the walk rule
+                proposal = grown
+                rule = RULE_SAMPLE_MATCH if rule == RULE_REJECTION else rule
+        return Pick(proposal, rule, m.eager, choice.width, source=m.name)
+
+    def _grow(self, m: Member, chain: Proposal) -> Proposal:
+        """``chain`` with the leaves that pay, priced as the policy prices rounds."""
+        budget = self.budgets[m.name]
+        budget.tree_overhead = self.auto.tree_extra(m.name, chain.k, self.context)
+        return budget.grow(chain, self.auto.evidence[m.name].rates(chain.k),
+                           context=self.context,
+                           draft_cost=(self.auto.drafting(m.name, chain.k)
+                                       + self.auto.overhead.get(m.name, 0.0)),
+                           marginals=m.drafter.marginals)
 
     def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:
         chain, on_chain = pick.proposal.drafted(path, accepted)  # a tree: its drafter's chain
@@ -159,6 +200,9 @@ class AutoSource(ProposalSource):
         proposal = pick.proposal if pick is not None else None
         if proposal is not None:
             proposal, accepted = proposal.drafted(path, accepted)
+            if self.chain is not None and pick is not None and accepted < proposal.k:
+                self._runner_up(pick.source, self.chain, accepted, new_tokens)
+        self.chain = None
         self.fleet.observe(committed, proposal, accepted, new_tokens, hidden,
                            proposer=pick.source if pick is not None else None)
         for name, tokens in self.unused.items():  # free evidence: what the copy would have got
@@ -168,8 +212,29 @@ class AutoSource(ProposalSource):
                 self.auto.observe_unused(name, n, hit)
         self.unused = {}
 
+    def _runner_up(self, source: str, chain: Proposal, depth: int,
+                   new_tokens: list[int]) -> None:
+        """Proposal ``depth`` of ``chain`` was rejected: which of the drafter's runner-ups
+        there the step's committed token was (the policy's evidence for trees)."""
+        if chain.dist is None or depth >= len(new_tokens):
+            return
+        row = chain.dist[depth].astype(mx.float32)
+        n = min(len(RUNNER_PRIOR) + 1, int(row.shape[-1]))
+        top = mx.argsort(-row)[:n] if n >= row.shape[-1] else mx.argpartition(-row, kth=n)[:n]
+        probs = row[top]
+        mx.eval(top, probs, chain.tokens)
+        own = int_rows(chain.tokens[None])[0][depth]
+        ranked = sorted(zip(int_rows(top[None])[0], float_rows(probs[None])[0], strict=True),
+                        key=lambda tp: -tp[1])
+        runners = [t for t, _ in ranked if t != own][: len(RUNNER_PRIOR)]
+        token = int(new_tokens[depth])
+        self.auto.observe_miss(source, runners.index(token) if token in runners else None)
+
     def timed(self, pick: Pick | None, ms: float) -> None:
         if pick is None:
             self.auto.observe_time(None, 0, ms, self.context)
         else:
-            self.auto.observe_time(pick.source, pick.proposal.k, ms, self.context)
+            p = pick.proposal
+            k = p.spine or p.k
+            self.auto.observe_time(pick.source, k, ms, self.context,
+                                   nodes=p.k if p.parents is not None else 0)

@@ -187,7 +187,7 @@ class Timings:
     acceptance_rule: str = RULE_NONE
     fallback: str | None = None  # why speculation did not run, if it did not
     exact: bool = True  # False only for a labelled lossy mode
-    # auto: per source (a kind's name) {"rounds", "drafted", "accepted"}, and "plain":
+    # auto: per source (a kind's name) {"rounds", "drafted", "accepted", "trees"}, "plain":
     # {"rounds": plain steps}; sources it loaded appear with zero rounds
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
     sources_left_out: dict[str, str] = field(default_factory=dict)  # auto: kind -> why

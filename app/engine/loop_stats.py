@@ -112,15 +112,18 @@ class LoopStats:
         )
 
     def per_source(self) -> dict[str, dict[str, int]]:
-        """Rounds, drafted and accepted tokens of each source, and the plain steps (only
-        when several sources take turns)."""
+        """Rounds, drafted and accepted tokens and rounds verified as trees of each source,
+        and the plain steps (only when several sources take turns)."""
         if not self.members:
             return {}
-        out = {name: {"rounds": 0, "drafted": 0, "accepted": 0} for name in self.members}
+        out = {name: {"rounds": 0, "drafted": 0, "accepted": 0, "trees": 0}
+               for name in self.members}
         for r in self.rounds:
-            row = out.setdefault(r.source, {"rounds": 0, "drafted": 0, "accepted": 0})
+            row = out.setdefault(r.source, {"rounds": 0, "drafted": 0, "accepted": 0,
+                                            "trees": 0})
             row["rounds"] += 1
             row["drafted"] += r.proposed
             row["accepted"] += r.accepted
+            row["trees"] += bool(r.tree_nodes)
         out["plain"] = {"rounds": self.verify_passes - len(self.rounds)}
         return out

@@ -359,13 +359,11 @@ class Session:
             drafter.set_verify_costs({n: tree_build.flat_cost()(n, 0) for n in range(1, 65)})
             return NodeBudget(tree_build.flat_cost())
         assert self.target is not None
-        overhead = tree_build.tree_overhead(self.target, make_cache(self.target))
+        again = tree_build.second_pass(self.target, make_cache(self.target))
         cal = self.calibration
-        if cal is not None:
-            return NodeBudget(cal.verify_cost, tree_overhead=overhead)
-        return NodeBudget(tree_build.linear_cost(
-            verify_slope if verify_slope is not None else DEFAULT_VERIFY_SLOPE),
-            tree_overhead=overhead)
+        cost = (cal.verify_cost if cal is not None else tree_build.linear_cost(
+            verify_slope if verify_slope is not None else DEFAULT_VERIFY_SLOPE))
+        return NodeBudget(cost, tree_overhead=tree_build.ONE_PASS_OVERHEAD, second_pass=again)
 
     def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
         """The target rows a kept conversation keeps: those of every drafter that reads the

@@ -113,12 +113,15 @@ class NodeBudget:
     distribution."""
 
     def __init__(self, cost_at: Callable[[int, int], float], *, max_nodes: int = 16,
-                 per_depth: int = 3, tree_overhead: float = 0.0):
+                 per_depth: int = 3, tree_overhead: float = 0.0, second_pass: bool = False):
         """``cost_at(n, context)``: a verify pass over ``n`` tokens after ``context`` cached
         ones, in plain steps (``Calibration.verify_cost``); ``tree_overhead``: what a tree
-        round costs beyond it (the top-k read, the mask, the gather), in plain steps."""
+        round costs beyond it (the top-k read, the mask, the gather), in plain steps;
+        ``second_pass``: the target verifies trees path by path and then feeds the pending
+        tokens and the kept path again, priced by ``cost_at`` (at most the chain's length)."""
         self.cost_at = cost_at
         self.tree_overhead = tree_overhead
+        self.second_pass = second_pass
         self.max_nodes = max_nodes
         self.per_depth = per_depth
         self.trees = 0  # rounds sent as trees
@@ -134,6 +137,8 @@ class NodeBudget:
         deterministic chain grows into DDTree's best-first tree, branching at any depth."""
         if proposal.dist is None or proposal.k == 0 or not proposal.is_chain:
             return proposal
+        overhead = self.tree_overhead + (self.cost_at(n_pending + proposal.k, context)
+                                         if self.second_pass else 0.0)
         dist = proposal.dist.astype(mx.float32)
         top = mx.argpartition(-dist, kth=self.per_depth, axis=-1)[:, : self.per_depth + 1]
         top_p = mx.take_along_axis(dist, top, axis=-1)
@@ -147,11 +152,12 @@ class NodeBudget:
                        for d, o in enumerate(own)]
         if marginals and proposal.q is None:
             return self._best_first(proposal, spine, int_rows(top), float_rows(top_p), scale,
-                                    context=context, draft_cost=draft_cost, n_pending=n_pending)
+                                    context=context, draft_cost=draft_cost, n_pending=n_pending,
+                                    overhead=overhead)
         pool = candidates(spine, int_rows(top), float_rows(top_p), self.per_depth, scale)
         leaves = shape(spine_probs, pool, verify_cost=lambda n: self.cost_at(n, context),
                        draft_cost=draft_cost, max_nodes=self.max_nodes,
-                       n_pending=n_pending, tree_overhead=self.tree_overhead)
+                       n_pending=n_pending, tree_overhead=overhead)
         if not leaves:
             self.chains += 1
             return proposal
@@ -161,7 +167,7 @@ class NodeBudget:
 
     def _best_first(self, proposal: Proposal, spine: list[int], top: list[list[int]],
                     top_p: list[list[float]], scale: Sequence[float] | None, *, context: int,
-                    draft_cost: float, n_pending: int) -> Proposal:
+                    draft_cost: float, n_pending: int, overhead: float) -> Proposal:
         ranked_t: list[list[int]] = []
         ranked_p: list[list[float]] = []
         for d, (toks, ps) in enumerate(zip(top, top_p, strict=True)):
@@ -174,7 +180,7 @@ class NodeBudget:
         tokens, parents, values = best_first(ranked_t, ranked_p, self.max_nodes)
         n = best_size(values, lambda m: self.cost_at(m, context), draft_cost=draft_cost,
                       n_pending=n_pending, at_least=1, chain=proposal.k,
-                      tree_overhead=self.tree_overhead)
+                      tree_overhead=overhead)
         if n <= proposal.k:
             self.chains += 1
             return proposal
@@ -183,20 +189,19 @@ class NodeBudget:
                         parents=tuple(parents[:n]), spine=proposal.k)
 
 
-# what a tree round costs beyond its verify pass, in plain steps: reading the drafter's top
-# candidates (a sync before the pass), the mask and rotary wrappers, the K/V gather; verified
-# paths side by side also feed the kept path again (one more pass) after a batched one
+# what a tree round costs beyond its verify pass, in plain steps (an estimate): reading the
+# drafter's top candidates (a sync before the pass), the mask and rotary wrappers, the K/V
+# gather. Targets verified path by path also feed the kept path again after the batched
+# pass: that pass is priced from the calibration table (``NodeBudget(second_pass=True)``).
 ONE_PASS_OVERHEAD = 0.25
-PATHS_OVERHEAD = 1.25
 
 
-def tree_overhead(target: Any, cache: list[Any]) -> float:
-    """``ONE_PASS_OVERHEAD`` or ``PATHS_OVERHEAD`` for how ``target`` verifies trees."""
+def second_pass(target: Any, cache: list[Any]) -> bool:
+    """Whether ``target`` verifies trees path by path, feeding the kept path again after."""
     from app.engine import rollback, tree_pass
 
-    one = (tree_pass.method(target.model, cache) == tree_pass.ONE_PASS
-           and rollback.for_target(target).method == rollback.TRIM)
-    return ONE_PASS_OVERHEAD if one else PATHS_OVERHEAD
+    return not (tree_pass.method(target.model, cache) == tree_pass.ONE_PASS
+                and rollback.for_target(target).method == rollback.TRIM)
 
 
 def linear_cost(slope: float) -> Callable[[int, int], float]:

@@ -1,6 +1,6 @@
 """What auto speculation did in one reply, in words: "MTP head 58% of rounds, copies 27%,
-plain 15%", from ``Timings.sources`` (per source: rounds, drafted, accepted; "plain": the
-plain steps)."""
+plain 15%", from ``Timings.sources`` (per source: rounds, drafted, accepted, rounds verified
+as trees; "plain": the plain steps)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ def detail_line(sources: Mapping[str, Mapping[str, int]]) -> str:
         if name == PLAIN:
             rows.append(f"plain {int(v.get('rounds', 0))} steps")
         else:
-            rows.append(f"{word(name)} {int(v.get('rounds', 0))} rounds, "
-                        f"{int(v.get('accepted', 0))}/{int(v.get('drafted', 0))} accepted")
+            trees = int(v.get("trees", 0))
+            rows.append(f"{word(name)} {int(v.get('rounds', 0))} rounds"
+                        + (f" ({trees} as trees)" if trees else "")
+                        + f", {int(v.get('accepted', 0))}/{int(v.get('drafted', 0))} accepted")
     return "; ".join(rows)

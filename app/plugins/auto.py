@@ -19,7 +19,9 @@ class Auto(KindPlugin):
                    "to write fastest, or none when guessing would not pay.")
     technical = ("auto (per round: the proposal source and width with the most expected "
                  "tokens per second, from acceptance learnt online and this computer's "
-                 "measured costs)")
+                 "measured costs; with trees 'on' a drafter that grows trees may propose a "
+                 "tree when it is expected to pay more than its chain, 'flat' prices every "
+                 "round as on a GPU, 'off' keeps chains)")
     default_width = 16  # the widest any member may draft
     default_choice = True  # suits every target: prompt lookup always runs
     combines = True  # its drafters are the other kinds' (app.engine.auto_build)

@@ -1,4 +1,5 @@
-"""Shared test set-up: Qt strictness, no dangling QThreads/QTimers, tiny checkpoints.
+"""Shared test set-up: Qt strictness, no dangling QThreads/QTimers, tiny checkpoints, a data
+folder of the run's own for what tests measure.
 
 Generic on purpose: engine and checkpoint tests use the checkpoint fixtures and never import
 Qt; the thread/timer guard only arms itself when PySide6 is already imported.
@@ -7,7 +8,10 @@ Qt; the thread/timer guard only arms itself when PySide6 is already imported.
 from __future__ import annotations
 
 import gc
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,9 +24,37 @@ QT_LOG_IGNORE = (
 )
 
 
+DATA_ENV = "DRAFTPAIR_DATA_DIR"
+_data_before: dict[str, str | None] = {}
+
+
+def _data_folder_of_the_suite() -> Path:
+    """A data folder for this run: every entry of the real one (the prepared demo target under
+    ``models``, the demo trainers' folders...) linked in, except ``calibration``, so the speed
+    tables tests measure on their tiny models stay out of this machine's. A test that sets
+    DRAFTPAIR_DATA_DIR itself still gets a folder of its own."""
+    from platformdirs import user_data_path
+
+    real = Path(os.environ.get(DATA_ENV) or user_data_path("DraftPair", appauthor=False))
+    suite = Path(tempfile.mkdtemp(prefix="draftpair-test-data-"))
+    try:  # the demo target is prepared (and kept) in the real folder's models
+        (real / "models").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    if real.is_dir():
+        for entry in real.iterdir():
+            if entry.name != "calibration":
+                (suite / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    return suite
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from app.demo.builtins import register_demo_models
 
+    _data_before["value"] = os.environ.get(DATA_ENV)
+    suite = _data_folder_of_the_suite()
+    _data_before["suite"] = str(suite)
+    os.environ[DATA_ENV] = str(suite)
     register_demo_models()  # what the CLI and the app do at start-up
     for pattern in QT_LOG_IGNORE:
         config.addinivalue_line("qt_log_ignore", pattern)
@@ -31,6 +63,21 @@ def pytest_configure(config: pytest.Config) -> None:
     # deadlocks PySide. Each test ends with a collection on the main thread instead, and the
     # main window collects on its own GUI-thread timer (app.ui.gui_gc), as the app does.
     gc.disable()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    suite = _data_before.pop("suite", None)
+    if suite is None:
+        return
+    before = _data_before.pop("value", None)
+    if before is None:
+        os.environ.pop(DATA_ENV, None)
+    else:
+        os.environ[DATA_ENV] = before
+    for entry in Path(suite).iterdir():
+        if entry.is_symlink():
+            entry.unlink()  # the real folder's entries: only the links go
+    shutil.rmtree(suite, ignore_errors=True)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -75,7 +75,7 @@ def demo_config(target_cfg: dict, draft_vocab: int) -> Any:
 
 def config_json(c: Any, target_cfg: dict, verifier: str) -> dict:
     """The drafter's config.json in vLLM's ``speculators`` layout."""
-    from app.checkpoints.eagle3_config import default_layer_ids
+    from app.checkpoints.eagle3_config import FORMAT_NAME, default_layer_ids
 
     n = int(target_cfg["num_hidden_layers"])
     layer = {
@@ -89,7 +89,7 @@ def config_json(c: Any, target_cfg: dict, verifier: str) -> dict:
     }
     return {
         "architectures": ["Eagle3Speculator"],
-        "speculators_model_type": "eagle3",
+        "speculators_model_type": FORMAT_NAME,
         "speculators_version": "0.2.0",
         "transformer_layer_config": layer,
         "draft_vocab_size": c.draft_vocab_size,
@@ -97,7 +97,7 @@ def config_json(c: Any, target_cfg: dict, verifier: str) -> dict:
         "target_hidden_size": c.target_hidden_size,
         "eagle_aux_hidden_state_layer_ids": default_layer_ids(n),
         "speculators_config": {
-            "algorithm": "eagle3",
+            "algorithm": FORMAT_NAME,
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 4,
                                   "verifier_accept_k": 1, "accept_tolerance": 0.0}],
             "default_proposal_method": "greedy",

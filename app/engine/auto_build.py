@@ -66,9 +66,36 @@ def _why_not(session: Session, plugin: kinds.KindPlugin, req: GenerationRequest,
         return "the prompt holds token ids the draft model does not have"
     if held is None:
         free = _free_bytes()
-        if free is not None and free < MIN_FREE_BYTES:
+        need = member_bytes(session, plugin, len(prompt) + req.max_tokens)
+        if free is not None and free < (need or 0) + MIN_FREE_BYTES:
+            if need:
+                return (f"it needs about {need / 2**20:.0f} MiB and "
+                        f"{free / 2**20:.0f} MiB of memory are free")
             return "there is not enough free memory to load it"
     return None
+
+
+def member_bytes(session: Session, plugin: kinds.KindPlugin, context: int) -> int | None:
+    """What loading a member not yet loaded would take: its weights (in the dtype drafters
+    load in) and its own cache at ``context`` tokens, from the folder it would load (the
+    drafter shipped for the demo target; None where that folder is not known beforehand)."""
+    from app.checkpoints.inspect import inspect_checkpoint
+    from app.engine.drafters.demo_folders import shipped_for_demo
+
+    target = session.target
+    if target is None or not plugin.demo_draft:
+        return None
+    folder = shipped_for_demo(target, plugin.demo_draft)
+    if folder is None:
+        return None
+    try:
+        t_info = inspect_checkpoint(target.path)
+        d_info = inspect_checkpoint(folder)
+    except Exception:  # noqa: BLE001 - no reading: the load itself says whether it fits
+        return None
+    widen = 2 if d_info.dtype in ("float16", "bfloat16") and t_info.dtype == "float32" else 1
+    own = plugin.draft_kv_bytes(t_info, d_info, context) or 0
+    return int(d_info.weight_bytes * widen + own)
 
 
 def build(session: Session, kind: str, req: GenerationRequest, prompt: list[int],

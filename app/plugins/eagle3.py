@@ -24,6 +24,7 @@ class Eagle3(EngineModuleKind):
     technical = "EAGLE-3"
     default_width = 4
     needs_draft_folder = True
+    grows_trees = True
     needs_taps = True
     stochastic = True
     scratch_width = 8

@@ -12,6 +12,11 @@ paper and mlx-vlm's ``Eagle3DraftModel`` do). The drafter speaks its own reduced
 Greedy requests take the argmax (identical to the target by the verify step). Sampling
 requests sample from the drafter's distribution at the request's temperature / top-p, spread
 over the *target* vocabulary through ``d2t``, and hand it as ``q`` to rejection sampling.
+Where trees grow from its chains (``keep_dist``) every proposal also carries that
+distribution (greedy: the plain softmax): the round's budget adds the runner-up tokens as
+extra leaves beside the chain (EAGLE-2's confidence-ordered expansion, ``tree_build``). The
+drafter's own state stays the chain: whatever path the target accepts, the chained entries are
+dropped and the kept rows of that path are paired at the next proposal.
 
 Module entry points: ``make(ctx)``, ``unavailable(ctx)``, ``load(path, target)``,
 ``target_problem(config, target)``.
@@ -221,6 +226,8 @@ class Eagle3Drafter(Drafter):
         logits = self.net.logits(h).astype(mx.float32)
         if not self.stochastic:
             pick = mx.argmax(logits, axis=-1)
+            if self.keep_dist:  # trees grow beside the chain from the runner-ups
+                qs.append(self._to_target_probs(mx.softmax(logits, axis=-1)))
         else:
             scaled = sm.scaled_logits(logits, self.sampling)
             qs.append(self._to_target_probs(mx.softmax(scaled, axis=-1)))
@@ -277,7 +284,8 @@ class Eagle3Drafter(Drafter):
             tokens.append(tok)
         out = mx.concatenate(tokens)
         mx.async_eval(out)
-        return Proposal(tokens=out, q=mx.concatenate(qs, axis=0) if qs else None,
+        dist = mx.concatenate(qs, axis=0) if qs else None
+        return Proposal(tokens=out, q=dist if self.stochastic else None, dist=dist,
                         draft_ms=(time.perf_counter() - started) * 1e3)
 
     def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,

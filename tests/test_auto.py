@@ -167,10 +167,12 @@ def test_every_drafter_follows_the_reply_whoever_proposes(monkeypatch):
         monkeypatch.setattr(cls, "observe", on_observe)
 
     from app.engine.drafters.dflash import DFlashDrafter
+    from app.engine.drafters.eagle3 import Eagle3Drafter
     from app.engine.drafters.mtp import MTPDrafter
 
     spy(MTPDrafter)
     spy(DFlashDrafter)
+    spy(Eagle3Drafter)
     prompt = ("Copy this list, then add one fruit: apples, pears, plums, cherries, apples, "
               "pears, plums, cherries.")
     plain, _ = _generate(s, prompt=prompt, chat=True, max_tokens=48, draft_kind=kinds.OFF)
@@ -184,11 +186,12 @@ def test_every_drafter_follows_the_reply_whoever_proposes(monkeypatch):
     assert len(chosen) >= 2, shares  # the tap drafters also saw steps they did not propose
 
     kinds_seen = {k for k, _, _ in checks}
-    assert kinds_seen == {"mtp", "dflash"}
+    assert kinds_seen == {"mtp", "dflash", "eagle3"}  # the demo's three layer-reading drafters
     bad = [(k, n, fed) for k, n, fed in checks if n != fed]
     assert not bad, bad[:5]
     steps = Counter(k for k, _, _ in checks)
-    assert steps["mtp"] == steps["dflash"]  # each saw every step, not just its own
+    # each saw every step, not just its own
+    assert steps["mtp"] == steps["dflash"] == steps["eagle3"]
     assert steps["mtp"] > shares["mtp"]["rounds"] and steps["dflash"] > shares["dflash"]["rounds"]
 
     # and the rows are the target's own, position by position

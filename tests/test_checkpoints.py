@@ -185,8 +185,8 @@ def test_cli_models_list_import_rm(ckpts, env, capsys):
     out = capsys.readouterr().out
     # nothing but the built-in demo drafters (when shipped) before any import
     rows = [ln for ln in out.splitlines()[1:] if ln.strip()]
-    assert "No local models" in out or all(ln.startswith(("demo-draft ", "demo-dflash "))
-                                           for ln in rows)
+    shipped = ("demo-draft ", "demo-dflash ", "demo-eagle3 ")
+    assert "No local models" in out or all(ln.startswith(shipped) for ln in rows)
     assert main(["models", "import", str(ckpts.draft), "--name", "d1"]) == 0
     assert main(["models", "import", str(ckpts.truncated), "--name", "broken"]) == 1
     assert "would not load" in capsys.readouterr().err

@@ -24,6 +24,7 @@ class DFlash2(EngineModuleKind):
     needs_draft_folder = True
     needs_taps = True
     stochastic = False  # the selector's pick is deterministic (verified as such)
+    grows_trees = False  # its selector scores picks, it gives no distribution to grow from
     scratch_width = 8
     suggest_bonus = 5.0
     aliases = ("dflash-2",)

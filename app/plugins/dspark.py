@@ -22,6 +22,7 @@ class DSpark(EngineModuleKind):
     technical = "DSpark"
     default_width = 4
     needs_draft_folder = True
+    grows_trees = True
     needs_taps = True
     stochastic = True
     scratch_width = 8

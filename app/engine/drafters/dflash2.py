@@ -2,7 +2,9 @@
 the DFlash 2 network, its tokens picked by the candidate selector. The selector takes the
 argmax, so the proposals are deterministic at every temperature (verified as such: exact);
 the drafter proposes the block's first ``k`` (no confidence-based width: the selector gives
-no probabilities).
+no probabilities). For the same reason it grows no trees: the selector's scores rank a pick
+among the LM head's candidates, they are no distribution, so nothing says what a runner-up
+leaf is worth; its rounds stay chains.
 
 Module entry points: ``make(ctx)``, ``unavailable(ctx)``, ``load(path, target)``.
 """

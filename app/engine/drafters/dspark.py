@@ -5,6 +5,12 @@ sample each position from its corrected distribution at the request's temperatur
 return those distributions (over the target's vocabulary: DSpark reads the target's LM head)
 as ``q`` for rejection sampling.
 
+Where trees grow from its chains (``keep_dist``) every proposal carries its corrected
+distribution (greedy: the plain softmax). Each one is conditioned on the chain's token before
+it, so the tree keeps the runner-ups as leaves beside the chain (``tree_build``: each leaf's
+parent is the token its distribution was corrected for), not DFlash's best-first tree over
+independent positions (``marginals`` off).
+
 Module entry points: ``make(ctx)``, ``unavailable(ctx)``, ``load(path, target)``.
 """
 
@@ -56,6 +62,8 @@ def make(ctx: DrafterContext) -> DSparkDrafter:
 
 
 class DSparkDrafter(DFlashDrafter):
+    marginals = False  # each position's distribution depends on the chain's token before it
+
     def __init__(self, target: LoadedModel, assets: DSparkAssets):
         super().__init__(target, assets, adaptive=False)
         assert isinstance(assets.model, DSparkModel)
@@ -95,10 +103,14 @@ class DSparkDrafter(DFlashDrafter):
                 prev = mx.random.categorical(scaled).astype(mx.uint32)
             else:
                 prev = mx.argmax(step, axis=-1).astype(mx.uint32)
+                if self.keep_dist:
+                    qs.append(mx.softmax(step.astype(mx.float32), axis=-1))
             picks.append(prev)
         tokens = mx.concatenate(picks)
-        q = self._to_target_probs(mx.concatenate(qs, axis=0)) if qs else None
+        dist = self._to_target_probs(mx.concatenate(qs, axis=0)) if qs else None
+        q = dist if self.stochastic else None
         mx.async_eval(tokens, *([q] if q is not None else []))
         self.rounds += 1
         self.proposed += k
-        return Proposal(tokens=tokens, q=q, draft_ms=(time.perf_counter() - started) * 1e3)
+        return Proposal(tokens=tokens, q=q, dist=dist,
+                        draft_ms=(time.perf_counter() - started) * 1e3)

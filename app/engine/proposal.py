@@ -29,6 +29,10 @@ class Proposal:
     # (k, V_target) the drafter's own probabilities per node, kept when trees are grown from it
     dist: mx.array | None = None
     spine: int | None = None  # a tree grown from a chain: nodes 0..spine-1 are that chain
+    # a tree the drafter shaped itself (``Drafter.tree_candidates``): each node's chance of
+    # being on the accepted path, as the drafter estimates it; the round's budget keeps the
+    # first nodes that pay (nodes past the spine are listed most probable first)
+    reach: tuple[float, ...] | None = None
 
     def drafted(self, path: tuple[int, ...] | None, accepted: int) -> tuple[Proposal, int]:
         """What the drafter proposed and how much of it was accepted: a tree grown from the

@@ -71,6 +71,8 @@ class ProposalSource:
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         # a tree's branches would each need their own penalty history: chains then
         self._trees_ok = self.budget is not None and not sm.make_processors(sampling)
+        if self.drafter is not None:
+            self.drafter.tree_candidates = self._trees_ok
         if self.assist is not None:
             self.assist.begin(prompt, sampling)
         return self.drafter.begin(prompt, sampling) if self.drafter is not None else []

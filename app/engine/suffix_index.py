@@ -5,7 +5,7 @@ The index behind suffix decoding (SuffixDecoding, Oliaro et al. 2024): earlier t
 of consecutive tokens, where it occurred. A query takes the end of the current text, finds the
 earlier occurrences of its longest matching suffix (up to ``max_match`` tokens) and walks their
 continuations, following the most frequent next token while its share among the occurrences
-stays at or above ``min_prob``. How far it goes follows the match: at most ``factor`` tokens
+stays at or above ``min_prob`` (``speculate_tree`` keeps the runner-up continuations too). How far it goes follows the match: at most ``factor`` tokens
 per matched token, so a long match (a file being rewritten) speculates far and a two-token
 coincidence speculates little.
 
@@ -19,6 +19,9 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from app.engine import suffix_tree
+from app.engine.suffix_tree import ContinuationTree, Occurrences
 
 SEED = 2  # tokens a match must share at least (one pair, the index's key)
 _POS_BITS = 32  # an occurrence is packed as seq_id << 32 | end
@@ -108,11 +111,26 @@ class SuffixIndex:
         min_prob: float = 0.1,
     ) -> Speculation:
         """The most likely continuation of ``context`` seen in the stored sequences."""
+        return self._search(context, max_tokens, factor, min_prob)[0]
+
+    def speculate_tree(
+        self, context: Sequence[int], max_tokens: int, *, spine: int, max_nodes: int,
+        factor: float = 1.0, min_prob: float = 0.1, branches: int = 3,
+    ) -> ContinuationTree:
+        """``speculate``'s continuation (its first ``spine`` tokens) and the other
+        continuations of the same occurrences, as a tree (``app.engine.suffix_tree``)."""
+        spec, group, limit = self._search(context, max_tokens, factor, min_prob)
+        return suffix_tree.build(group, spec.tokens[:spine], limit=limit, min_prob=min_prob,
+                                 max_nodes=max_nodes, branches=branches)
+
+    def _search(self, context: Sequence[int], max_tokens: int, factor: float, min_prob: float,
+                ) -> tuple[Speculation, Occurrences, int]:
+        """The best continuation, the occurrences it was counted over and its length limit."""
         if max_tokens <= 0 or len(context) < SEED:
-            return NOTHING
+            return NOTHING, [], 0
         positions = self.pairs.get((context[-2], context[-1]))
         if not positions:
-            return NOTHING
+            return NOTHING, [], 0
         found: list[tuple[array[int], int, int]] = []  # (sequence, end of the match, match length)
         for packed in positions[-self.max_occurrences:]:
             seq = self.seqs[packed >> _POS_BITS]
@@ -121,15 +139,15 @@ class SuffixIndex:
                 continue  # nothing after it (the end of the text being queried, say)
             found.append((seq, end, self._match(seq, end, context)))
         if not found:
-            return NOTHING
-        best = NOTHING
+            return NOTHING, [], 0
+        best: tuple[Speculation, Occurrences, int] = (NOTHING, [], 0)
         # the longest match first; a shorter one only where its wider evidence scores higher
         for length in sorted({m for _, _, m in found}, reverse=True)[:3]:
             group = [(seq, end) for seq, end, m in found if m >= length]
             limit = min(max_tokens, max(1, math.floor(factor * length)))
             spec = self._walk(group, limit, min_prob, length)
-            if spec.score > best.score:
-                best = spec
+            if spec.score > best[0].score:
+                best = (spec, group, limit)
         return best
 
     def _match(self, seq: array[int], end: int, context: Sequence[int]) -> int:

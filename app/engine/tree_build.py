@@ -134,7 +134,11 @@ class NodeBudget:
         measured acceptance per depth (the drafter's own probabilities are scaled to it);
         ``draft_cost``: what drafting the chain cost, in plain steps. ``marginals``: the
         drafter's per-node distributions do not depend on the nodes before (DFlash), so a
-        deterministic chain grows into DDTree's best-first tree, branching at any depth."""
+        deterministic chain grows into DDTree's best-first tree, branching at any depth.
+        A tree the drafter shaped itself (``Proposal.reach``) keeps the nodes that pay."""
+        if proposal.reach is not None and proposal.parents is not None:
+            return self._trimmed(proposal, proposal.reach, context=context,
+                                 draft_cost=draft_cost, n_pending=n_pending)
         if proposal.dist is None or proposal.k == 0 or not proposal.is_chain:
             return proposal
         overhead = self.tree_overhead + (self.cost_at(n_pending + proposal.k, context)
@@ -164,6 +168,22 @@ class NodeBudget:
         self.trees += 1
         return with_leaves(proposal, leaves)
 
+
+    def _trimmed(self, proposal: Proposal, reach: Sequence[float], *, context: int,
+                 draft_cost: float, n_pending: int) -> Proposal:
+        spine = proposal.spine or proposal.k
+        overhead = self.tree_overhead + (self.cost_at(n_pending + spine, context)
+                                         if self.second_pass else 0.0)
+        n = best_size(reach[: max(self.max_nodes, spine)], lambda m: self.cost_at(m, context),
+                      draft_cost=draft_cost, n_pending=n_pending, at_least=spine, chain=spine,
+                      tree_overhead=overhead)
+        if n <= spine:
+            self.chains += 1
+            return Proposal(tokens=proposal.tokens[:spine], draft_ms=proposal.draft_ms)
+        assert proposal.parents is not None
+        self.trees += 1
+        return Proposal(tokens=proposal.tokens[:n], draft_ms=proposal.draft_ms,
+                        parents=proposal.parents[:n], spine=spine)
 
     def _best_first(self, proposal: Proposal, spine: list[int], top: list[list[int]],
                     top_p: list[list[float]], scale: Sequence[float] | None, *, context: int,

@@ -35,6 +35,9 @@ class Drafter(abc.ABC):
     # its per-node distributions do not depend on the nodes before (one block pass): a tree
     # may branch anywhere, not only beside its chain
     marginals: bool = False
+    # set when the request lets rounds be trees: a drafter with several candidates of its own
+    # (suffix decoding's continuations) may propose them as a tree (``Proposal.reach``)
+    tree_candidates: bool = False
     taps: TapRequest | None = None  # hidden states it reads (None: none)
     block: bool = False  # True: k proposals cost one drafter pass (DFlash)
     adaptive_width: bool = True  # the loop's width policy sizes the rounds (app.engine.width)

@@ -1,7 +1,8 @@
 """Suffix decoding trees: where the earlier occurrences disagree on what came next, the less
 frequent continuations join the chain as a tree. The index's tree (spine = the chain, reach =
 the share product, parents first, paths within the match's limit), and in the engine a round
-that accepts the less frequent continuation the chain missed, the reply identical to plain."""
+that accepts the less frequent continuation the chain missed, the reply identical to plain;
+sampled replies keep the target's distribution (chi-square against enumeration)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,63 @@ def test_a_tree_accepts_the_less_frequent_continuation(session, monkeypatch):  #
     adaptive = run(session, prompt=prompt, max_tokens=n, draft_kind=kind, reply_scope=scope,
                    trees="flat")
     assert adaptive.token_ids == plain.token_ids and adaptive.timings.tree_rounds > 0
+
+
+def test_sampled_trees_keep_the_distribution(session, monkeypatch):  # noqa: F811
+    """Kept replies that continue the prompt's end the ways the target most often does: the
+    first round is a tree of them, verified by the walk rule; the replies' distribution is
+    the target's (chi-square against enumeration; a wrong walk fails the same test)."""
+    from collections import Counter
+
+    from app.engine import tree_verify
+    from app.engine.events import SamplingParams
+    from tests.test_engine import _chi2, _chi2_sf, _exact_sequence_probs
+
+    kind = suffix_kind()
+    prompt = tuple(session.target.tokenizer.encode("The cat sat on"))
+    sampling = SamplingParams(temperature=1.0, top_k=3)
+    length, n = 3, 1200
+    exact = _exact_sequence_probs(session.target, list(prompt), sampling, length)
+    likely = sorted(exact, key=lambda seq: -exact[seq])[:6]
+    off_chain: list[tuple[int, ...]] = []
+    real_verify = verify_step.verify_tree
+
+    def verify(rows, proposal, **kw):
+        verdict = real_verify(rows, proposal, **kw)
+        if verdict.path and verdict.path[-1] >= (proposal.spine or proposal.k):
+            off_chain.append(verdict.path)
+        return verdict
+
+    monkeypatch.setattr(verify_step, "verify_tree", verify)
+
+    def sample(n: int) -> tuple[Counter, int]:
+        counts: Counter = Counter()
+        tree_rounds = 0
+        for seed in range(n):
+            scope = "test/suffix-trees/sampled"
+            session.replies.forget(scope)
+            for seq in likely:
+                session.replies.remember(scope, [*prompt[-2:], *seq])
+            done = run(session, prompt_tokens=prompt, max_tokens=length, draft_kind=kind,
+                       reply_scope=scope, trees="flat", adaptive=False, lookup_assist=False,
+                       sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed),
+                       memory_interval_s=1e9)
+            counts[tuple(done.token_ids)] += 1
+            tree_rounds += done.timings.tree_rounds
+        return counts, tree_rounds
+
+    counts, tree_rounds = sample(n)
+    assert tree_rounds >= n // 2 and len(off_chain) >= n // 20, (tree_rounds, len(off_chain))
+    stat, df = _chi2(counts, exact, n)
+    assert _chi2_sf(stat, df) > 1e-3, (stat, df)
+
+    real = tree_verify.sm.sample  # a wrong walk: the child with the target's top token
+
+    def argmax_rows(rows, sampling):
+        return real(rows, SamplingParams(temperature=0.0)) if rows.shape[0] > 1 else \
+            real(rows, sampling)
+
+    monkeypatch.setattr(tree_verify.sm, "sample", argmax_rows)
+    wrong, _ = sample(n // 2)
+    stat_w, df_w = _chi2(wrong, exact, n // 2)
+    assert _chi2_sf(stat_w, df_w) < 1e-6, (stat_w, df_w)

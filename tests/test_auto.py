@@ -11,6 +11,7 @@ import pytest
 
 from app import kinds
 from app.engine import taps as taps_mod
+from app.engine.auto_policy import Evidence
 from app.engine.calibration import CalibrationStore, new_table
 from app.engine.events import DoneEvent, GenerationRequest, NoticeEvent, SamplingParams
 from app.engine.lease import union
@@ -121,6 +122,35 @@ def test_sampled_auto_keeps_the_target_distribution(pair):
     stat, df = _chi2(counts, exact, n)
     assert _chi2_sf(stat, df) > 1e-3, (stat, df)
     assert by_source["full-model"] > 100, by_source  # the draft model's rounds were tested
+
+
+def test_auto_counts_what_each_drafter_must_catch_up_on(pair, monkeypatch):
+    """What the policy prices as a drafter's catch-up is what the drafter really has left to
+    feed: the draft model holds the tokens it sat out (copies' rounds, plain steps) and feeds
+    them at its next proposal; the policy's count of them matches, step by step."""
+    from app.engine.auto_source import AutoSource
+
+    seen: list[tuple[int, int]] = []
+    next_pick = AutoSource.next
+
+    def watched(self: AutoSource, committed: list[int], remaining: int):
+        pending = self.members["full-model"].drafter.pending  # type: ignore[attr-defined]
+        seen.append((self.auto.missed["full-model"], len(pending)))
+        return next_pick(self, committed, remaining)
+
+    monkeypatch.setattr(AutoSource, "next", watched)
+    s = flat_session(pair)
+    assert s.target is not None  # a CPU-like table: verifying 16 proposals costs 3 steps
+    s.calibration = new_table(s.target.path, {}, [0], [[1, 17]], [[10.0, 30.0]], 0.0)
+    weak = Evidence(seen=30.0, seen_hits=3.0, reached=[30.0], hits=[3.0])
+    s.auto_memory.for_chat("c")["full-model"] = weak  # the chat found it seldom right
+    done, _ = _generate(s, prompt="The cat sat on", max_tokens=60, draft_kind=AUTO,
+                        conversation="c")
+    shares = done.timings.sources
+    assert shares["plain"]["rounds"] > 0 and shares["full-model"]["rounds"] > 0  # probes
+    assert any(missed > 0 for missed, _ in seen)  # it sat out some steps
+    # it feeds its own last token (and an accepted round's last proposal) besides them
+    assert all(missed + 1 <= pending <= missed + 2 for missed, pending in seen), seen
 
 
 # -- the demo pair: every hidden-state drafter gets every row -----------------------------

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from app.engine.auto_policy import AutoPolicy, Evidence, Memory, expected_tokens
+from app.engine.auto_policy import (
+    AutoPolicy,
+    Evidence,
+    Memory,
+    catch_up_cost,
+    expected_tokens,
+)
 
 
 def flat(n: int, context: int) -> float:
@@ -18,7 +24,7 @@ def cpu_like(n: int, context: int) -> float:
 def taught(rate: float, rounds: int = 30, width: int = 16) -> Evidence:
     """Evidence of a source whose every proposal is accepted with ``rate`` (given the ones
     before it): the expected counts per depth."""
-    ev = Evidence()
+    ev = Evidence(seen=rounds, seen_hits=rounds * rate)
     reach = 1.0
     ev.reached = [0.0] * width
     ev.hits = [0.0] * width
@@ -92,14 +98,21 @@ def test_plain_steps_probe_again_and_back_off_after_failed_probes():
     assert all(c is None for c in choices[:31]) and choices[31] is not None
 
 
-def test_evidence_learns_online_and_ages_toward_its_prior():
-    ev = Evidence()
+def test_evidence_learns_online_and_ages_toward_its_long_run_rate():
+    good, bad = Evidence(), Evidence()
+    assert good.rates(1)[0] == good.prior  # nothing seen: the prior
     for _ in range(20):
-        ev.observe(4, 4)
-    assert ev.rates(4)[0] > 0.9
+        good.observe(4, 4)
+        bad.observe(4, 0)
+    assert good.rates(4)[0] > 0.9 and bad.rates(1)[0] < 0.15
     for _ in range(300):
-        ev.age()
-    assert abs(ev.rates(1)[0] - ev.prior) < 0.05
+        good.age()
+        bad.age()
+    # the recent counts fade toward what each did over the reply, not toward the prior
+    assert good.rates(1)[0] > 0.85 and bad.rates(1)[0] < 0.15
+    assert good.rounds < 1e-3  # while a new round weighs as much as it did at the start
+    good.observe(1, 0)
+    assert good.rates(1)[0] < 0.7
 
 
 def test_memory_keeps_a_chats_evidence_and_forgets_the_oldest():
@@ -149,3 +162,62 @@ def test_a_copy_that_was_not_chosen_still_teaches():
     for _ in range(20):
         p.observe_unused("prompt-lookup", 2, 2)  # agreed with every token committed
     assert p.evidence["prompt-lookup"].rates(2)[1] > 0.8
+
+
+def test_plain_steps_do_not_bring_a_losing_source_back_to_full_rounds():
+    """A source that lost in every round is left to the probes: however long the plain
+    stretch, its evidence does not drift back to the hopeful prior and reopen wide rounds."""
+    p = AutoPolicy({"dflash": 16}, verify_cost=cpu_like, draft_cost={"dflash": lambda k: 0.1})
+    for _ in range(12):
+        p.observe("dflash", 7, 0)
+    rounds = [c for c in (p.choose(room=256, context=100) for _ in range(400)) if c]
+    assert rounds and all(c.probe and c.width == 1 for c in rounds)
+
+
+def test_a_guess_is_tried_narrow():
+    """Optimism picks which source to try, its evidence how wide: a source known only by its
+    prior, valued above plain only with the optimism, is tried with one proposal."""
+    p = AutoPolicy({"mtp": 16}, verify_cost=cpu_like, priors={"mtp": 0.4})
+    c = p.choose(room=64, context=100)
+    assert c is not None and c.source == "mtp" and c.width == 1
+
+
+def test_catch_up_counts_when_switching():
+    """A drafter that must first feed what it missed is dearer to switch to the longer it sat
+    out; once it has proposed it is even again."""
+    feed = {"full-model": lambda n, context: 0.05 * n}
+    p = AutoPolicy({"full-model": 4, "mtp": 4}, verify_cost=cpu_like, catch_up=feed,
+                   evidence={"full-model": taught(0.7), "mtp": taught(0.6)})
+    c = p.choose(room=64, context=100)
+    assert c is not None and c.source == "full-model"
+    p.committed(3, "full-model")
+    for _ in range(20):
+        p.committed(2, "mtp")  # rounds of the MTP head: the draft model falls behind
+    assert p.missed["full-model"] == 40 and p.owed("full-model", 100) == 2.0
+    c = p.choose(room=64, context=100)
+    assert c is not None and c.source == "mtp"  # catching up 40 tokens costs more than 0.1
+    near_end = p.value("full-model", 2, 100, room=3)
+    assert near_end < p.value("full-model", 2, 100, room=64)  # fewer rounds to share it
+    p.committed(2, "full-model")
+    assert p.owed("full-model", 100) == 0.0
+
+
+def test_catch_up_paid_is_not_taken_for_overhead():
+    feed = {"mtp": lambda n, context: 0.02 * n}
+    p = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, catch_up=feed,
+                   evidence={"mtp": taught(0.9)})
+    p.observe_time(None, 0, 100.0, 100)
+    p.committed(50, None)  # a plain stretch: one more pass to feed at the next proposal
+    c = p.choose(room=64, context=100)
+    assert c is not None
+    modelled = p.round_cost("mtp", c.width, 100) + 1.0  # the round and its catch-up
+    p.observe_time("mtp", c.width, 100.0 * modelled, 100)
+    assert p.overhead["mtp"] < 0.01
+
+
+def test_catch_up_cost_follows_the_pass_shape():
+    cost = catch_up_cost(0.1, 1, cpu_like, widest=17)
+    assert cost(0, 100) == 0.0
+    assert 0 < cost(4, 100) < cost(16, 100) < cost(64, 100)
+    # past the widest pass measured a pass grows with its tokens, never flat
+    assert cost(64, 100) > 3 * cost(16, 100)

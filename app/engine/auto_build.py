@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 
 from app import kinds
 from app.engine import session_warmup, tree_build
-from app.engine.auto_policy import AutoPolicy, VerifyCost, linear_verify_cost
+from app.engine.auto_policy import (
+    AutoPolicy,
+    CatchUp,
+    VerifyCost,
+    catch_up_cost,
+    linear_verify_cost,
+)
 from app.engine.auto_source import AutoSource, Member
 from app.engine.events import GenerationRequest, NoticeEvent, StatusEvent
 from app.engine.models import LoadedModel, make_cache
@@ -146,6 +152,13 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
     verify_cost: VerifyCost = (tree_build.flat_cost() if flat
                                else cal.verify_cost if cal is not None
                                else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
+    # a drafter that catches up pays a longer first pass after the steps it sat out
+    widest = (max(max(sizes) for sizes in cal.sizes) if cal is not None and not flat
+              else 1 << 20)
+    catch_up: dict[str, CatchUp] = {
+        m.name: catch_up_cost(m.drafter.step_cost, m.width + 1 if m.drafter.block else 1,
+                              verify_cost, widest)
+        for m in members if m.drafter.catches_up}
     trees = frozenset(m.name for m in members if m.trees)
     again = False
     if trees:
@@ -154,7 +167,7 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
     return AutoPolicy({m.name: m.width for m in members}, verify_cost=verify_cost,
                       draft_cost={m.name: m.drafter.cost for m in members},
                       evidence=session.auto_memory.for_chat(req.conversation),
-                      trees=trees, tree_host=0.0 if flat else tree_build.ONE_PASS_OVERHEAD,
+                      catch_up=catch_up, trees=trees, tree_host=0.0 if flat else tree_build.ONE_PASS_OVERHEAD,
                       second_pass=again, learn_time=not flat)
 
 

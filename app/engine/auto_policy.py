@@ -10,12 +10,23 @@ costs more, and more with a longer context). A plain step yields one token for o
 
 ``choose`` takes the source and width with the most expected tokens per plain step; when no
 source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
-the source with the best one-token value with a single proposal (a failed probe doubles the
-interval up to ``probe_max``, an accepted one resets it), so a source that starts agreeing
-again is noticed. Each plain step ages every source's evidence a little toward its prior, and
-a source with little evidence is valued a little above it (``EXPLORE``), so each gets tried.
-What a source's rounds really take beyond the model (sampling, the verdict, its bookkeeping)
-is measured per source and added to its cost.
+the source with the best one-token value with a single proposal (each probe that does not
+make drafting pay again doubles the interval up to ``probe_max``; a round that pays resets
+it), so a source that starts agreeing again is noticed. Each plain step ages every source's
+recent evidence a little, toward the source's long-run rate over the reply (the prior only
+until it has done anything), so a source that lost does not drift back into wide rounds on
+the prior's guess while plain steps run. A source that has seen few rounds is valued a
+little above its rates (``EXPLORE``) so each gets tried, and tried at the width its rates
+(not the optimism) say pays: a guess costs a narrow round. What a source's rounds really take
+beyond the model (sampling, the verdict, its bookkeeping) is measured per source and added to
+its cost.
+
+A drafter that feeds the tokens it sat out at its next proposal (the draft model, the MTP
+head, DFlash: ``Drafter.catches_up``) pays that longer pass when it is chosen again; the
+policy counts the tokens each has missed (``committed``) and prices the pass
+(``catch_up_cost``). A switch pays it once for the run of rounds it starts, so it is shared
+over ``SWITCH_ROUNDS`` rounds (fewer near the reply's end) when a switch is weighed, and the
+measured overhead is what a round takes beyond the model and its catch-up.
 
 The choice reads only what is already committed (the evidence of earlier rounds) and measured
 costs, never the target's output for the round being chosen, so each round's own acceptance
@@ -49,7 +60,9 @@ PRIOR_RATE = 0.6  # a source's first proposal's acceptance before any is observe
 PRIOR_WEIGHT = 2.0  # in observed rounds (one missed round does not condemn a source)
 EXPLORE = 0.15  # optimism for a source with little evidence: rate + EXPLORE / sqrt(1 + rounds)
 DECAY = 0.9  # weight of older rounds of the same source
-PLAIN_DECAY = 0.97  # every plain step ages every source's evidence
+PLAIN_DECAY = 0.97  # every plain step ages every source's recent evidence
+LONG_DECAY = 0.98  # weight of older rounds in a source's long-run rate (plain steps keep it)
+SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
 OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
 MEMORY_CHATS = 64  # chats whose evidence is kept
@@ -62,26 +75,41 @@ TREE_OVERHEAD_RANGE = (0.0, 3.0)  # a tree round's measured cost beyond a chain'
 
 @dataclass
 class Evidence:
-    """One source's decayed per-depth counts: rounds that reached depth ``j``, and hits."""
+    """One source's decayed per-depth counts: rounds that reached depth ``j``, and hits; and
+    its long-run first-proposal counts (``seen``, ``seen_hits``), which plain steps do not age:
+    recent evidence that ages drifts back toward what the source did over the whole reply,
+    not toward the prior's guess (the prior weighs only until it has done anything)."""
 
     prior: float = PRIOR_RATE
     reached: list[float] = field(default_factory=list)
     hits: list[float] = field(default_factory=list)
+    seen: float = 0.0
+    seen_hits: float = 0.0
     misses: float = 0.0  # decayed rejections whose runner-ups were looked at
     runner: list[float] = field(default_factory=list)  # of those: the target's token's rank
 
     @property
     def rounds(self) -> float:
-        """Decayed count of this source's rounds (how much evidence there is)."""
+        """Decayed count of this source's recent rounds (how much recent evidence there is)."""
         return self.reached[0] if self.reached else 0.0
 
+    @property
+    def anchor(self) -> float:
+        """The first proposal's prior: the prior moved by the long-run rounds that the recent
+        counts no longer hold (those aged or decayed out of them), so a round is not counted
+        twice and what ages out of the recent evidence is still remembered."""
+        seen = max(0.0, self.seen - self.rounds)
+        hits = min(max(0.0, self.seen_hits - (self.hits[0] if self.hits else 0.0)), seen)
+        return (hits + PRIOR_WEIGHT * self.prior) / (seen + PRIOR_WEIGHT)
+
     def rates(self, n: int, bonus: float = 0.0) -> list[float]:
-        """Acceptance of the first ``n`` proposals, each given the ones before it; a depth's
-        prior is the rate of the depth before it (a later proposal is never assumed better).
-        ``bonus``: added to each rate (optimism while evidence is thin)."""
+        """Acceptance of the first ``n`` proposals, each given the ones before it; the first
+        depth's prior is the long-run rate, a later depth's the rate of the depth before it
+        (a later proposal is never assumed better). ``bonus``: added to each rate (optimism
+        while evidence is thin)."""
         if bonus:
             return [min(r + bonus, 0.999) for r in self.rates(n)]
-        out, prior = [], self.prior
+        out, prior = [], self.anchor
         for j in range(n):
             reached = self.reached[j] if j < len(self.reached) else 0.0
             hits = self.hits[j] if j < len(self.hits) else 0.0
@@ -97,6 +125,9 @@ class Evidence:
         for j in range(depth):
             self.reached[j] = decay * self.reached[j] + 1
             self.hits[j] = decay * self.hits[j] + (1 if j < accepted else 0)
+        if proposed > 0:
+            self.seen = LONG_DECAY * self.seen + 1
+            self.seen_hits = LONG_DECAY * self.seen_hits + (1 if accepted > 0 else 0)
 
     def runner_rates(self) -> list[float]:
         """Given a rejected proposal: the chance the target's token was the drafter's
@@ -135,6 +166,30 @@ def linear_verify_cost(slope: float) -> VerifyCost:
     return lambda n, context: 1.0 + slope * max(0, n - 1)
 
 
+CatchUp = Callable[[int, int], float]  # (tokens missed, context) -> plain steps
+
+
+def catch_up_cost(step_cost: float, usual: int, verify_cost: VerifyCost,
+                  widest: int) -> CatchUp:
+    """What a drafter that feeds the tokens it missed at its next proposal pays for ``n`` of
+    them: its usual first pass (over ``usual`` tokens, costing ``step_cost``) made longer by
+    ``n``, priced by this machine's shape of a pass by size (the target's table); past the
+    ``widest`` size measured a pass grows in proportion to its tokens."""
+
+    def shape(m: int, context: int) -> float:
+        if m <= widest:
+            return verify_cost(m, context)
+        return verify_cost(widest, context) * m / widest
+
+    def cost(n: int, context: int) -> float:
+        if n <= 0 or step_cost <= 0:
+            return 0.0
+        base = shape(usual, context)
+        return step_cost * max(0.0, shape(usual + n, context) - base) / base
+
+    return cost
+
+
 @dataclass(frozen=True)
 class Choice:
     source: str
@@ -149,18 +204,24 @@ class AutoPolicy:
                  draft_cost: dict[str, Callable[[int], float]] | None = None,
                  evidence: dict[str, Evidence] | None = None,
                  priors: dict[str, float] | None = None,
+                 catch_up: dict[str, CatchUp] | None = None,
                  probe_every: int = 16, probe_max: int = 64,
                  trees: frozenset[str] = frozenset(), tree_host: float = 0.0,
                  second_pass: bool = False, learn_time: bool = True):
         """``widths``: each source's widest round; ``draft_cost[source](k)``: proposing ``k``
-        in plain steps; ``evidence``: a chat's evidence, updated in place. ``trees``: the
-        sources whose rounds may be trees; ``tree_host``: what a tree round costs beyond its
-        pass before any was measured (host work, plain steps); ``second_pass``: the target
-        verifies trees path by path and feeds the kept path again (priced from the table);
-        ``learn_time``: measured step times refine the costs (off: the table alone)."""
+        in plain steps; ``evidence``: a chat's evidence, updated in place; ``catch_up[source]``:
+        what feeding the tokens it missed costs it (sources that feed them at their next
+        proposal). ``trees``: the sources whose rounds may be trees; ``tree_host``: what a tree
+        round costs beyond its pass before any was measured (host work, plain steps);
+        ``second_pass``: the target verifies trees path by path and feeds the kept path again
+        (priced from the table); ``learn_time``: measured step times refine the costs (off:
+        the table alone)."""
         self.widths = dict(widths)
         self.verify_cost = verify_cost
         self.draft_cost = dict(draft_cost or {})
+        self.catch_up = dict(catch_up or {})
+        self.missed = {name: 0 for name in self.catch_up}  # tokens since its last proposal
+        self.paying = 0.0  # the catch-up the chosen round pays (charged to it, not overhead)
         self.evidence = evidence if evidence is not None else {}
         for name in self.widths:
             prior = (priors or {}).get(name, PRIOR_RATE)
@@ -202,32 +263,63 @@ class AutoPolicy:
             return measured
         return self.tree_host + (self.verify_cost(k + 1, context) if self.second_pass else 0.0)
 
-    def value(self, source: str, k: int, context: int, rates: list[float] | None = None) -> float:
-        """Expected committed tokens per plain step of a round of ``k`` (0: a plain step)."""
+    def owed(self, source: str, context: int) -> float:
+        """What ``source``'s next proposal pays first to feed the tokens it missed."""
+        cost = self.catch_up.get(source)
+        return cost(self.missed.get(source, 0), context) if cost is not None else 0.0
+
+    def value(self, source: str, k: int, context: int, rates: list[float] | None = None,
+              room: int | None = None) -> float:
+        """Expected committed tokens per plain step of a round of ``k`` (0: a plain step).
+
+        A source that has to catch up first pays that once for the run of rounds a switch to
+        it starts: it is shared over ``SWITCH_ROUNDS`` rounds, fewer when the reply has room
+        for fewer (``room``: tokens left)."""
         if k <= 0:
             return 1.0
         rates = rates if rates is not None else self.evidence[source].rates(k)
-        return expected_tokens(rates, k) / self.round_cost(source, k, context)
+        tokens = expected_tokens(rates, k)
+        return tokens / (self.round_cost(source, k, context)
+                         + self.switch_cost(source, context, tokens, room))
+
+    def switch_cost(self, source: str, context: int, tokens: float,
+                    room: int | None = None) -> float:
+        """``source``'s catch-up, shared over the rounds a switch to it is expected to run
+        (``SWITCH_ROUNDS``, fewer where the reply has room for fewer of ``tokens`` each)."""
+        owed = self.owed(source, context)
+        if owed <= 0:
+            return 0.0
+        rounds = SWITCH_ROUNDS if room is None else min(SWITCH_ROUNDS, room / tokens)
+        return owed / max(1.0, rounds)
 
     def hopeful_rates(self, source: str, n: int) -> list[float]:
-        """The rates the choice weighs: a little optimism while a source's evidence is thin,
-        so one missed round does not shut it out for the rest of the reply."""
+        """The rates the choice weighs: a little optimism while a source has seen few rounds
+        over the reply, so one missed round does not shut it out (plain steps age its recent
+        evidence but do not make it hopeful again)."""
         ev = self.evidence[source]
-        return ev.rates(n, bonus=EXPLORE / math.sqrt(1.0 + ev.rounds))
+        return ev.rates(n, bonus=EXPLORE / math.sqrt(1.0 + ev.seen))
 
     def best(self, source: str, k_max: int, context: int) -> tuple[int, float]:
-        """The width (at most ``k_max``) with the best value for ``source``, and that value."""
+        """The width (at most ``k_max``) ``source`` would draft at, and its hopeful value.
+
+        Optimism decides whether a source is tried, not how wide: the width is the one its
+        evidence says pays best, so trying a source whose rates are a guess costs a narrow
+        round, not a wide one."""
+        room = k_max
         k_max = min(k_max, self.widths.get(source, 0))
         if k_max <= 0:
             return 0, 1.0
-        rates = self.hopeful_rates(source, k_max)
-        return max(((k, self.value(source, k, context, rates)) for k in range(1, k_max + 1)),
-                   key=lambda kv: kv[1])
+        hopeful = self.hopeful_rates(source, k_max)
+        rates = self.evidence[source].rates(k_max)
+        widths = range(1, k_max + 1)
+        k = max(widths, key=lambda w: self.value(source, w, context, rates, room))
+        return k, max(self.value(source, w, context, hopeful, room) for w in widths)
 
     def best_tree(self, source: str, k_max: int, context: int) -> tuple[int, int, float]:
         """The best tree round of ``source`` with a chain of at most ``k_max``: (chain
         length, nodes, value); (0, 0, 0.0) when none can be grown. Leaves are added most
         valuable first (``runner_rates``) while the value grows."""
+        room = k_max
         k_max = min(k_max, self.widths.get(source, 0), MAX_TREE_NODES - 1)
         if source not in self.trees or k_max <= 0:
             return 0, 0, 0.0
@@ -243,7 +335,8 @@ class AutoPolicy:
             gains = sorted((reach[d] * (1.0 - rates[d]) * p for d in range(k) for p in runner),
                            reverse=True)[: MAX_TREE_NODES - k]
             tokens = expected_tokens(rates, k)
-            fixed = self.drafting(source, k) + base + self.tree_extra(source, k, context)
+            fixed = (self.drafting(source, k) + base + self.tree_extra(source, k, context)
+                     + self.switch_cost(source, context, tokens, room))
             for n, gain in enumerate(gains, start=k + 1):
                 tokens += gain
                 value = tokens / max(1.0, verify[n + 1] + fixed)
@@ -265,7 +358,7 @@ class AutoPolicy:
                 continue
             if name in fixed:
                 k = min(fixed[name], room)
-                v = (self.value(name, k, context, self.hopeful_rates(name, k)) if k > 0
+                v = (self.value(name, k, context, self.hopeful_rates(name, k), room) if k > 0
                      else 1.0)
             else:
                 k, v = self.best(name, room, context)
@@ -276,8 +369,11 @@ class AutoPolicy:
             if k > 0 and (best is None or v > best.value):
                 best = Choice(name, k, v)
         self.probing = False
+        self.paying = 0.0
         if best is not None and best.value > 1.0:
             self.plain_streak = 0
+            self.probe_interval = self.probe_every  # drafting pays again: probe soon after it
+            self.paying = self.owed(best.source, context)
             return best
         for ev in self.evidence.values():
             ev.age()
@@ -287,6 +383,7 @@ class AutoPolicy:
             if probe is not None:
                 self.plain_streak = 0
                 self.probing = True
+                self.paying = self.owed(probe, context)
                 return Choice(probe, 1, self.value(probe, 1, context), probe=True)
         return None
 
@@ -296,11 +393,16 @@ class AutoPolicy:
                  and fixed.get(n, 1) > 0]
         return max(names, key=lambda n: self.value(n, 1, context), default=None)
 
+    def committed(self, tokens: int, proposer: str | None) -> None:
+        """A step committed ``tokens``: the proposer has fed its round (it is even again),
+        every other source that catches up has that many more to feed."""
+        for name in self.missed:
+            self.missed[name] = 0 if name == proposer else self.missed[name] + tokens
+
     # -- evidence -----------------------------------------------------------------------
     def observe(self, source: str, proposed: int, accepted: int) -> None:
-        if self.probing:
-            self.probe_interval = (self.probe_every if accepted else
-                                   min(self.probe_interval * 2, self.probe_max))
+        if self.probing:  # a probe that did not make drafting pay again: wait longer
+            self.probe_interval = min(self.probe_interval * 2, self.probe_max)
         ev = self.evidence.get(source)
         if ev is not None:
             ev.observe(proposed, accepted)
@@ -334,7 +436,8 @@ class AutoPolicy:
         if not self.step_ms:
             return
         if nodes > k:  # what the tree added beyond the pass over its nodes
-            chain_part = self.round_cost(source, k, context) - self.verify_cost(k + 1, context)
+            chain_part = (self.round_cost(source, k, context) - self.verify_cost(k + 1, context)
+                          + self.paying)
             extra = ms / self.step_ms - self.verify_cost(nodes + 1, context) - chain_part
             extra = min(max(extra, TREE_OVERHEAD_RANGE[0]), TREE_OVERHEAD_RANGE[1])
             old = self.tree_overhead.get(source)
@@ -342,7 +445,7 @@ class AutoPolicy:
                 (1 - TIME_WEIGHT) * old + TIME_WEIGHT * extra)
             return
         saved = self.overhead.pop(source, None)
-        modelled = self.round_cost(source, k, context)
+        modelled = self.round_cost(source, k, context) + self.paying
         excess = min(max(ms / self.step_ms - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
         self.overhead[source] = excess if saved is None else (
             (1 - TIME_WEIGHT) * saved + TIME_WEIGHT * excess)

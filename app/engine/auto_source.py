@@ -10,7 +10,10 @@ Every member follows the committed text at every step, chosen or not: each obser
 tokens a step committed, with the target rows that step kept (``Fleet``: one drafter to the
 round loop and the prompt cache, whose taps are the union of the members'), and only the
 member whose proposal was verified sees it as its own. So the MTP head and DFlash always hold
-exactly one row per position the target holds, whoever proposed.
+exactly one row per position the target holds, whoever proposed. A member that feeds what it
+was handed only at its next proposal (``Drafter.catches_up``) pays for the steps it sat out
+then; the policy counts the tokens each has missed and prices that pass when it weighs a
+switch.
 
 A member that grows trees (``Member.trees``: its kind grows them and the request did not turn
 trees off) keeps its drafter's distribution with each chain. When the policy chooses a tree
@@ -205,6 +208,7 @@ class AutoSource(ProposalSource):
         self.chain = None
         self.fleet.observe(committed, proposal, accepted, new_tokens, hidden,
                            proposer=pick.source if pick is not None else None)
+        self.auto.committed(len(new_tokens), pick.source if pick is not None else None)
         for name, tokens in self.unused.items():  # free evidence: what the copy would have got
             n = min(len(tokens), len(new_tokens))
             hit = next((i for i in range(n) if tokens[i] != new_tokens[i]), n)

@@ -42,6 +42,9 @@ class Drafter(abc.ABC):
     block: bool = False  # True: k proposals cost one drafter pass (DFlash)
     adaptive_width: bool = True  # the loop's width policy sizes the rounds (app.engine.width)
     stops_early: bool = False  # may return fewer than k by itself (asked for the full width)
+    # feeds the committed tokens it did not propose at its next proposal, in one longer first
+    # pass (steps it sits out cost it nothing until then): a combining kind prices that pass
+    catches_up: bool = False
     # one drafting step (sequential) or one drafter pass (block), in target plain steps;
     # the session measures it at warm-up (``draft_step_ms`` / a target step)
     step_cost: float = 0.0

@@ -178,6 +178,7 @@ def make(ctx: DrafterContext) -> DFlashDrafter:
 
 
 class DFlashDrafter(Drafter):
+    catches_up = True  # the tokens it sat out are fed at its next proposal
     block = True
     marginals = True  # one block pass: per-position distributions (DDTree's trees)
     step_cost = 0.15  # until the session measures it at warm-up

@@ -158,6 +158,8 @@ def make(ctx: DrafterContext) -> Eagle3Drafter:
 
 
 class Eagle3Drafter(Drafter):
+    catches_up = True  # the tokens it sat out are fed at its next proposal
+
     def __init__(self, assets: Eagle3Assets, *, target_vocab: int):
         self.assets = assets
         self.net = assets.weights.model

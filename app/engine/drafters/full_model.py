@@ -116,6 +116,7 @@ CONFIDENCE_STOP = 0.6
 
 
 class FullModelDrafter(Drafter):
+    catches_up = True  # the tokens it sat out are fed at its next proposal
     step_cost = DEFAULT_DRAFT_COST  # until the session measures it at warm-up
 
     def __init__(

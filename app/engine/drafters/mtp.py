@@ -44,6 +44,7 @@ def _tap_request(head: MTPHead) -> TapRequest:
 
 
 class MTPDrafter(Drafter):
+    catches_up = True  # the tokens it sat out are fed at its next proposal
 
     def __init__(self, head: MTPHead, target_model: Any, *, target_vocab: int,
                  reuse_draft_kv: bool = False):

@@ -389,9 +389,12 @@ class AutoPolicy:
 
     def _probe_source(self, context: int, fixed: dict[str, int],
                       absent: frozenset[str]) -> str | None:
+        """The source a probe asks: the best one-proposal value with the optimism of thin
+        evidence, so a source that missed its few first rounds by bad luck is asked again."""
         names = [n for n in self.widths if n not in absent and self.widths[n] > 0
                  and fixed.get(n, 1) > 0]
-        return max(names, key=lambda n: self.value(n, 1, context), default=None)
+        return max(names, key=lambda n: self.value(n, 1, context, self.hopeful_rates(n, 1)),
+                   default=None)
 
     def committed(self, tokens: int, proposer: str | None) -> None:
         """A step committed ``tokens``: the proposer has fed its round (it is even again),

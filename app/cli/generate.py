@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="model drafters: do not let prompt lookup propose copies of the "
                         "context beside them")
     p.add_argument("--trees", choices=["off", "on", "flat"], default="off",
-                   help="trees of candidates from the drafter's distribution: 'on' where "
+                   help="trees of candidates (a model drafter's runner-up tokens, earlier "
+                        "replies' other continuations): 'on' where "
                         "this computer's verify costs say they pay, 'flat' as if a verify of "
                         "up to 64 tokens cost one step (a measurement); with --kind auto, "
                         "'on' lets auto choose a tree over a chain where it pays more, 'flat' "

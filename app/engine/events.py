@@ -55,7 +55,8 @@ class GenerationRequest:
     ngram_max: int = 3
     adaptive: bool = True  # prompt lookup: pause proposing while it does not pay
     lookup_assist: bool = True  # model drafters: prompt lookup proposes copies of the context
-    # trees of candidates from the drafter's distribution: "off" (chains), "on" (where this
+    # trees of candidates (a model drafter's runner-ups, suffix decoding's other
+    # continuations): "off" (chains), "on" (where this
     # machine's verify costs say they pay), "flat" (priced as if a verify of up to 64 tokens
     # cost one step, as on a GPU: a measurement)
     trees: str = "off"

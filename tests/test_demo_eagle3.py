@@ -170,3 +170,11 @@ def test_demo_eagle3_is_checked_by_name_and_named_when_used(capsys):
                  "Explain rainbows", "--max-tokens", "8", "-v"]) == 0
     err = capsys.readouterr().err
     assert f"[{EAGLE3.name}] drafter: demo-eagle3 ({EAGLE3_NOTE})" in err
+
+
+def test_compare_drafters_refuses_an_unknown_kind_in_one_line(capsys):
+    from app.cli import main
+
+    assert main(["demo", "compare-drafters", "--kinds", "warp-drive"]) == 2
+    out = capsys.readouterr().out
+    assert "not a draft kind: warp-drive" in out and "mtp" in out

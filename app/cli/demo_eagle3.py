@@ -42,6 +42,8 @@ def register(sub) -> None:
     cp.add_argument("--prompts", type=int, default=12)
     cp.add_argument("--max-tokens", type=int, default=128)
     cp.add_argument("--temp", type=float, default=0.0, help="sampling temperature")
+    cp.add_argument("--trees", choices=["off", "on", "flat"], default="off",
+                    help="trees of candidates for the drafters that grow them (as generate)")
     cp.add_argument("--json", type=Path, default=None, help="also write the figures here")
     cp.set_defaults(func=_compare)
 
@@ -90,7 +92,7 @@ def _compare(args) -> int:
             print(f"draftpair: not a draft kind: {w} (the kinds: {', '.join(kinds.names())})")
             return 2
     out = drafter_compare.compare(names, prompts=args.prompts, max_tokens=args.max_tokens,
-                                  temperature=args.temp)
+                                  temperature=args.temp, trees=args.trees)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     bad = [k for k, row in out["kinds"].items() if row["identical"] != out["prompts"]]

@@ -26,7 +26,7 @@ def default_kinds() -> list[str]:
 
 
 def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
-            temperature: float = 0.0, seed: int = 0,
+            temperature: float = 0.0, seed: int = 0, trees: str = "off",
             log: Callable[[str], None] = print) -> dict[str, Any]:
     from app import kinds
     from app.demo.chat_prompts import CHAT_PROMPTS, chat_messages
@@ -45,7 +45,7 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
     def run(msgs: list[dict], kind: str) -> DoneEvent:
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
                                 sampling=SamplingParams(temperature=temperature, seed=seed),
-                                allow_fallback=False)
+                                allow_fallback=False, trees=trees if kind != OFF else "off")
         done = None
         for event in s.generate(req):
             if isinstance(event, DoneEvent):
@@ -60,7 +60,7 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
         run(warm, kind)
     ratios: dict[str, list[float]] = {k: [] for k in kinds_}
     same = dict.fromkeys(kinds_, 0)
-    sums = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0} for k in kinds_}
+    sums = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0, "trees": 0} for k in kinds_}
     shares: dict[str, dict[str, int]] = {k: {} for k in kinds_}
     todo = [chat_messages(p) for p in CHAT_PROMPTS[:prompts]]
     for i, msgs in enumerate(todo):
@@ -79,6 +79,7 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
             st["rounds"] += t.draft_rounds
             st["n"] += t.predicted_n
             st["verifies"] += t.verify_passes
+            st["trees"] += t.tree_rounds
             for src, counts in (t.sources or {}).items():
                 shares[kind][src] = shares[kind].get(src, 0) + int(counts.get("rounds", 0))
             parts.append(f"{kind} x{ratio:.2f}{'' if ident else ' DIFFERENT'}"
@@ -86,7 +87,7 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
         log(f"  [{i + 1}/{len(todo)}] n={plain.timings.predicted_n:3d} plain "
             f"{plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
     out: dict[str, Any] = {"prompts": len(todo), "max_tokens": max_tokens,
-                           "temperature": temperature, "kinds": {}}
+                           "temperature": temperature, "trees": trees, "kinds": {}}
     for kind in kinds_:
         st, r = sums[kind], ratios[kind]
         row: dict[str, Any] = {
@@ -94,10 +95,13 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
             "speedup_max": max(r), "at_or_above_plain": sum(x >= 1.0 for x in r),
             "accept_len_mean": st["acc"] / max(st["rounds"], 1),
             "tokens_per_verify": st["n"] / max(st["verifies"], 1),
-            "identical": same[kind], "source_rounds": shares[kind]}
+            "identical": same[kind], "source_rounds": shares[kind],
+            "tree_rounds": st["trees"]}
         out["kinds"][kind] = row
         log(f"{kind}: median x{row['speedup_median']:.3f} (range {row['speedup_min']:.2f}-"
             f"{row['speedup_max']:.2f}, >= plain on {row['at_or_above_plain']}/{len(todo)}), "
             f"accepted/round {row['accept_len_mean']:.2f}, tokens/verify "
-            f"{row['tokens_per_verify']:.2f}, identical {row['identical']}/{len(todo)}")
+            f"{row['tokens_per_verify']:.2f}, identical {row['identical']}/{len(todo)}"
+            + (f", {row['tree_rounds']} of {st['rounds']} rounds as trees" if trees != "off"
+               else ""))
     return out

@@ -21,8 +21,6 @@ The job alternates: layer features for more teacher records (cached on disk,
 from __future__ import annotations
 
 import json
-import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -32,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from app.demo.dflash_features import FeatureStore, Sequence, extract
+from app.demo.run_state import cosine_lr, save_run
 
 
 @dataclass
@@ -272,11 +271,8 @@ class Trainer:
         self.grad = nn.value_and_grad(self.model, loss_fn)
 
     def lr(self, elapsed: float) -> float:
-        """Linear warm-up, then a cosine over the planned minutes down to a tenth."""
         r = self.recipe
-        warm = min(1.0, (self.state["step"] + 1) / r.warmup)
-        frac = min(1.0, elapsed / max(r.minutes * 60.0, 1.0))
-        return r.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        return cosine_lr(r.lr, r.warmup, r.minutes, self.state["step"], elapsed)
 
     def train(self, seqs: list[Sequence], seconds: float, max_steps: int | None = None) -> float:
         import mlx.core as mx
@@ -302,27 +298,8 @@ class Trainer:
         return acceptance(self.model, self.batcher, heldout)
 
     def save(self, metrics: dict | None) -> None:
-        import mlx.core as mx
-        from mlx.utils import tree_flatten
-
-        w = self.workdir
-        tmp = w / "latest.tmp.safetensors"
-        mx.save_safetensors(str(tmp), dict(tree_flatten(self.model.parameters())))
-        os.replace(tmp, w / "latest.safetensors")
-        tmp = w / "optimizer.tmp.safetensors"
-        mx.save_safetensors(str(tmp), dict(tree_flatten(self.opt.state)))
-        os.replace(tmp, w / "optimizer.safetensors")
-        if metrics is not None:
-            best = self.state.get("best_accepted", -1.0)
-            if metrics["accepted"] > best:
-                self.state["best_accepted"] = metrics["accepted"]
-                self.state["best_step"] = self.state["step"]
-                mx.save_safetensors(str(w / "best.tmp.safetensors"),
-                                    dict(tree_flatten(self.model.parameters())))
-                os.replace(w / "best.tmp.safetensors", w / "best.safetensors")
-        tmp = w / "state.json.tmp"
-        tmp.write_text(json.dumps(self.state, indent=1))
-        os.replace(tmp, w / "state.json")
+        save_run(self.workdir, self.model, self.opt, self.state,
+                 metrics["accepted"] if metrics is not None else None)
 
 
 def teacher_records(archive: Path) -> tuple[list[dict], list[dict]]:

@@ -50,10 +50,9 @@ def tiny(tmp_path_factory):
             "head": head}
 
 
-def test_trainer_learns_replies_with_training_time_test(tiny):
-    """A few hundred steps on six replies: every step of the chain gets better, and a chain
-    of four keeps far more proposals than the untrained drafter's (which starts from the
-    target's own head rows)."""
+@pytest.fixture(scope="module")
+def trained(tiny):
+    """A few hundred steps on six replies, with the held-out figures before and after."""
     from app.demo.eagle3_train import Recipe, Trainer
 
     recipe = Recipe(depth=4, lr=3e-3, warmup=5, minutes=1.0, seqs=2, max_len=64, mlp_from=3)
@@ -62,44 +61,74 @@ def test_trainer_learns_replies_with_training_time_test(tiny):
     before = tr.evaluate(tiny["seqs"])
     tr.train(tiny["seqs"], seconds=600, max_steps=150)
     after = tr.evaluate(tiny["seqs"])
+    tr.save(after)
+    return {"recipe": recipe, "before": before, "after": after,
+            "weights": tiny["root"] / "run" / "latest.safetensors"}
+
+
+def test_trainer_learns_replies_with_training_time_test(tiny, trained):
+    """Every step of the chain gets better, and a chain of four keeps far more proposals
+    than the untrained drafter's (which starts from the target's own head rows); a restart
+    resumes from the checkpoint."""
+    from app.demo.eagle3_train import Trainer
+
+    before, after = trained["before"], trained["after"]
     assert after["chains"] == before["chains"] > 100
     assert after["accepted"] > before["accepted"] + 1.0, (before, after)
     assert all(a > b for a, b in zip(after["step_acc"], before["step_acc"], strict=True))
-    tr.save(after)
     state = json.loads((tiny["root"] / "run" / "state.json").read_text())
     assert state["step"] == 150 and state["best_accepted"] == after["accepted"]
-    # a restart resumes from the checkpoint, not from the target's rows
-    again = Trainer(tiny["root"] / "run", tiny["target"], tiny["cfg"], tiny["head"], recipe,
-                    log=lambda m: None)
+    again = Trainer(tiny["root"] / "run", tiny["target"], tiny["cfg"], tiny["head"],
+                    trained["recipe"], log=lambda m: None)
     assert again.evaluate(tiny["seqs"])["accepted"] == pytest.approx(after["accepted"],
                                                                      abs=1e-6)
-    tiny["trained"] = tiny["root"] / "run" / "latest.safetensors"
 
 
-def _write_drafter(tiny) -> Path:
+def test_a_token_the_drafter_cannot_say_counts_as_a_miss(tiny, trained):
+    """Held-out acceptance as drafting sees it: without some reply tokens in its
+    vocabulary the same drafter keeps fewer, over the same chains."""
+    import mlx.core as mx
+
+    from app.demo.eagle3_train import Batcher, Recipe, acceptance, demo_config
+    from app.engine.drafters.eagle3_model import Eagle3Model
+    from app.engine.mlx_types import load_arrays
+
+    cfg = demo_config(tiny["cfg"], len(tiny["head"]))
+    model = Eagle3Model(cfg)
+    model.load_weights(list(load_arrays(trained["weights"]).items()))
+    embed = tiny["target"].model.embed_tokens.weight.astype(mx.float32)
+    full = acceptance(model, Batcher(embed, tiny["head"], cfg.vocab_size, Recipe()),
+                      tiny["seqs"])
+    said = sorted(set(int(t) for s in tiny["seqs"] for t in s.tokens[s.prompt_len:]))
+    batcher = Batcher(embed, tiny["head"], cfg.vocab_size, Recipe())
+    batcher.lut[said[::3]] = -1  # a third of the reply tokens leave its vocabulary
+    less = acceptance(model, batcher, tiny["seqs"])
+    assert less["chains"] == full["chains"]
+    assert less["accepted"] < full["accepted"]
+
+
+def _write_drafter(tiny, trained) -> Path:
     import mlx.core as mx
 
     from app.demo.eagle3_train import config_json, demo_config, drafter_arrays
     from app.engine.mlx_types import load_arrays
 
-    if "trained" not in tiny:
-        pytest.skip("needs the trained checkpoint of the test before")
     cfg = demo_config(tiny["cfg"], len(tiny["head"]))
     out = tiny["root"] / "drafter"
     out.mkdir(exist_ok=True)
     (out / "config.json").write_text(json.dumps(config_json(cfg, tiny["cfg"], "tiny/target")))
-    arrays = drafter_arrays(load_arrays(tiny["trained"]), tiny["head"], cfg.vocab_size)
+    arrays = drafter_arrays(load_arrays(trained["weights"]), tiny["head"], cfg.vocab_size)
     mx.save_safetensors(str(out / "model.safetensors"), arrays)
     return out
 
 
-def test_written_drafter_is_a_speculators_eagle3_folder_that_drafts_exactly(tiny):
+def test_written_drafter_is_a_speculators_eagle3_folder_that_drafts_exactly(tiny, trained):
     from app import kinds
     from app.engine.events import DoneEvent, GenerationRequest
     from app.engine.session import Session
     from app.plugins.eagle3 import PLUGIN as EAGLE3
 
-    folder = _write_drafter(tiny)
+    folder = _write_drafter(tiny, trained)
     config = json.loads((folder / "config.json").read_text())
     assert kinds.for_folder(config) is EAGLE3
     s = Session()

@@ -19,11 +19,18 @@ def register(sub) -> None:
                     help="teacher replies archive (default: training/demo-teacher.jsonl.xz)")
     tr.add_argument("--minutes", type=float, default=60.0,
                     help="planned total training time; the learning rate decays over it")
-    tr.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (new runs)")
+    tr.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate (new runs)")
     tr.add_argument("--depth", type=int, default=4,
                     help="training-time test steps (new runs)")
-    tr.add_argument("--feature-minutes", type=float, default=2.5,
+    tr.add_argument("--seqs", type=int, default=2, help="sequences per step (new runs)")
+    tr.add_argument("--max-len", type=int, default=512,
+                    help="tokens of each sequence a step reads (new runs)")
+    tr.add_argument("--warmup", type=int, default=30,
+                    help="learning-rate warm-up steps (new runs)")
+    tr.add_argument("--feature-minutes", type=float, default=4.0,
                     help="minutes of new layer features read before each training chunk")
+    tr.add_argument("--chunk-minutes", type=float, default=4.0,
+                    help="minutes of training between held-out evaluations")
     tr.set_defaults(func=_train)
 
     ex = sub.add_parser("export-eagle3",
@@ -60,9 +67,11 @@ def _train(args) -> int:
     from app.demo.train.workdir import Logger
 
     work = _workdir(args)
-    recipe = eagle3_train.Recipe(depth=args.depth, lr=args.lr, minutes=args.minutes)
+    recipe = eagle3_train.Recipe(depth=args.depth, lr=args.lr, minutes=args.minutes,
+                                 seqs=args.seqs, max_len=args.max_len, warmup=args.warmup)
     eagle3_train.run(work, Path(args.teacher or DEFAULT_ARCHIVE), recipe,
-                     feature_minutes=args.feature_minutes, log=Logger(work))
+                     feature_minutes=args.feature_minutes, chunk_minutes=args.chunk_minutes,
+                     log=Logger(work))
     return 0
 
 

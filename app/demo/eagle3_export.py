@@ -92,6 +92,7 @@ def model_card(state: dict, cfg: Any, recipe: Any, n_params: int, size_mb: float
         f"| {p['step']} | {p['minutes']} | {p['tokens']} | {p['loss']} | {p['accepted']} | "
         f"{' '.join(str(x) for x in p['step_acc'])} |" for p in curve)
     ids = config["eagle_aux_hidden_state_layer_ids"]
+    history = "".join(f"\n{line}\n" for line in state.get("history") or [])
     return f"""# DraftPair demo EAGLE-3 drafter (SmolLM2-135M-Instruct)
 
 An EAGLE-3 drafter for DraftPair's built-in demo target, trained on this project's own CPU
@@ -110,7 +111,7 @@ on a small model, not a published drafter, and it is only meant for the demo tar
   stays exactly the target's.
 - {n_params / 1e6:.1f}M parameters, float16, {size_mb:.1f} MB. The head started as the
   target's embedding rows of its vocabulary, the final norm as the target's, the MLP and
-  output projection from target layer {recipe.mlp_from}.
+  output projection from the target's decoder layer {recipe.mlp_from} (counting from 0).
 
 ## Training
 Teacher data: greedy replies of the demo target to varied prompts (the project's archive
@@ -129,8 +130,9 @@ accuracy of each step's proposal.
 | step | minutes | teacher tokens | loss | accepted | per step |
 |---|---|---|---|---|---|
 {rows}
-
-Exported weights (float16) on the same held-out replies: accepted per chain
+{history}
+Exported weights (float16) on the same held-out replies, a token outside the drafter's
+vocabulary counted as a miss (as in drafting): accepted per chain
 {held.get('accepted', 0):.3f}, per step {held.get('step_acc')} ({held.get('chains', 0)}
 chains).
 
@@ -138,7 +140,8 @@ Exported {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
 
 ## Rebuild
 ```
-draftpair demo train-eagle3 --minutes {recipe.minutes:.0f}
+draftpair demo train-eagle3 --minutes {recipe.minutes:.0f} --lr {recipe.lr} --depth {recipe.depth} \\
+    --seqs {recipe.seqs} --max-len {recipe.max_len} --warmup {recipe.warmup}
 draftpair demo export-eagle3
 ```
 """

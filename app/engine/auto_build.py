@@ -75,7 +75,8 @@ def _why_not(session: Session, plugin: kinds.KindPlugin, req: GenerationRequest,
         need = member_bytes(session, plugin, len(prompt) + req.max_tokens)
         if free is not None and free < (need or 0) + MIN_FREE_BYTES:
             if need:
-                return (f"it needs about {need / 2**20:.0f} MiB and "
+                return (f"it needs about {need / 2**20:.0f} MiB, plus "
+                        f"{MIN_FREE_BYTES / 2**20:.0f} MiB kept free for the reply, and only "
                         f"{free / 2**20:.0f} MiB of memory are free")
             return "there is not enough free memory to load it"
     return None

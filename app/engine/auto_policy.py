@@ -317,17 +317,30 @@ class AutoPolicy:
 
     def best_tree(self, source: str, k_max: int, context: int) -> tuple[int, int, float]:
         """The best tree round of ``source`` with a chain of at most ``k_max``: (chain
-        length, nodes, value); (0, 0, 0.0) when none can be grown. Leaves are added most
-        valuable first (``runner_rates``) while the value grows."""
+        length, nodes, hopeful value); (0, 0, 0.0) when none can be grown. As for chains,
+        the shape is the one its evidence says pays best (a guess is tried small), the
+        value the hopeful one; leaves are added most valuable first (``runner_rates``)
+        while the value grows."""
         room = k_max
         k_max = min(k_max, self.widths.get(source, 0), MAX_TREE_NODES - 1)
         if source not in self.trees or k_max <= 0:
             return 0, 0, 0.0
-        rates = self.hopeful_rates(source, k_max)
+        known = self._tree_values(source, k_max, context, room,
+                                  self.evidence[source].rates(k_max))
+        if not known:
+            return 0, 0, 0.0
+        k, n = max(known, key=lambda shape: known[shape])
+        hopeful = self._tree_values(source, k_max, context, room,
+                                    self.hopeful_rates(source, k_max))
+        return k, n, hopeful.get((k, n), known[(k, n)])
+
+    def _tree_values(self, source: str, k_max: int, context: int, room: int,
+                     rates: list[float]) -> dict[tuple[int, int], float]:
+        """The value of each tree shape (chain length, nodes) at these rates."""
         runner = self.evidence[source].runner_rates()
         verify = [self.verify_cost(n, context) for n in range(MAX_TREE_NODES + 2)]
         base = self.overhead.get(source, 0.0)
-        best = (0, 0, 0.0)
+        out: dict[tuple[int, int], float] = {}
         for k in range(1, k_max + 1):
             reach = [1.0]
             for r in rates[:k]:
@@ -339,10 +352,8 @@ class AutoPolicy:
                      + self.switch_cost(source, context, tokens, room))
             for n, gain in enumerate(gains, start=k + 1):
                 tokens += gain
-                value = tokens / max(1.0, verify[n + 1] + fixed)
-                if value > best[2]:
-                    best = (k, n, value)
-        return best
+                out[(k, n)] = tokens / max(1.0, verify[n + 1] + fixed)
+        return out
 
     # -- the choice ---------------------------------------------------------------------
     def choose(self, room: int, context: int, *, fixed: dict[str, int] | None = None,

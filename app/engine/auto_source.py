@@ -137,6 +137,9 @@ class AutoSource(ProposalSource):
         # a tree's branches would each need their own penalty history: chains then
         if sm.make_processors(sampling):
             self.auto.trees = frozenset()
+            for name in self.budgets:  # and no runner-up bookkeeping for trees never grown
+                self.members[name].drafter.keep_dist = False
+            self.budgets = {}
         return super().begin(prompt, sampling)
 
     @property

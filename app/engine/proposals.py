@@ -101,8 +101,9 @@ class ProposalSource:
         if proposal is None or proposal.k == 0:
             return None
         if self._trees_ok and self.budget is not None:
-            rates = self.policy.rates(proposal.k) if self.policy is not None else None
-            cost = self.policy.drafting_cost(proposal.k) if self.policy is not None else 0.0
+            chain = proposal.spine or proposal.k  # a drafter-shaped tree: its chain's length
+            rates = self.policy.rates(chain) if self.policy is not None else None
+            cost = self.policy.drafting_cost(chain) if self.policy is not None else 0.0
             grown = self.budget.grow(proposal, rates, context=len(committed), draft_cost=cost,
                                      marginals=self.drafter.marginals)
             if grown is not proposal:  # its extra leaves are not draws from q: the walk rule

@@ -89,7 +89,20 @@ def test_what_auto_learnt_carries_to_the_next_request_of_the_chat(pair):
               conversation="c1")
     assert s.auto_memory.for_chat("c1") is learnt  # the same evidence, carried on
     assert learnt["full-model"].rounds != first
-    assert s.auto_memory.for_chat("c2") == {}  # another chat starts from the priors
+    assert s.auto_memory.for_chat("c2") == {}  # another chat starts from the pair's record
+
+
+def test_every_request_adds_to_the_pairs_record_and_a_new_draft_clears_it(pair):
+    s = flat_session(pair)
+    done, _ = _generate(s, prompt="The cat sat on", max_tokens=16, draft_kind=AUTO)
+    record = s.auto_memory.history.evidence
+    ran = {k for k, v in done.timings.sources.items() if v["rounds"] and k != "plain"}
+    assert ran and ran <= set(record)  # a request outside any chat is remembered too
+    before = record["full-model"].rounds
+    _generate(s, prompt="Once upon a time", max_tokens=16, draft_kind=AUTO, conversation="x")
+    assert record["full-model"].rounds != before
+    s.load_draft(pair["weak"])  # another draft: what the old one did says nothing of it
+    assert "full-model" not in s.auto_memory.history.evidence
 
 
 def test_greedy_auto_is_identical_to_plain(pair):

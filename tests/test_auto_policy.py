@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from app.engine.auto_memory import Memory
 from app.engine.auto_policy import (
     AutoPolicy,
     Evidence,
-    Memory,
     catch_up_cost,
     expected_tokens,
 )

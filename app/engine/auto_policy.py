@@ -45,16 +45,20 @@ tree and a plain step is one expected-value rule: on a flat table (a pass over 1
 costing about one step, a GPU) trees pay, on a CPU's table they rarely do. Which leaves a
 tree round gets is then decided from the drafter's own distribution (``tree_build``).
 
-Evidence is carried across requests of the same chat (``Memory``, keyed by the request's
-conversation), so a chat that copies a file keeps preferring copies from its first round.
+Evidence is carried across requests of the same chat, and a request that starts a chat begins
+from what each source did on this pair before (``auto_memory``: the chat's evidence, the pair's
+``History``); every round the policy observes is added to that history as it goes.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.engine.auto_memory import History
 
 PRIOR_RATE = 0.6  # a source's first proposal's acceptance before any is observed
 PRIOR_WEIGHT = 2.0  # in observed rounds (one missed round does not condemn a source)
@@ -65,7 +69,6 @@ LONG_DECAY = 0.98  # weight of older rounds in a source's long-run rate (plain s
 SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
 OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
-MEMORY_CHATS = 64  # chats whose evidence is kept
 # after a rejected proposal: how often the target's token is the drafter's 1st/2nd/3rd
 # runner-up there, before any is observed
 RUNNER_PRIOR = (0.15, 0.07, 0.04)
@@ -207,7 +210,9 @@ class AutoPolicy:
                  catch_up: dict[str, CatchUp] | None = None,
                  probe_every: int = 16, probe_max: int = 64,
                  trees: frozenset[str] = frozenset(), tree_host: float = 0.0,
-                 second_pass: bool = False, learn_time: bool = True):
+                 second_pass: bool = False, learn_time: bool = True,
+                 history: History | None = None,
+                 step_ms_at: Callable[[int], float] | None = None):
         """``widths``: each source's widest round; ``draft_cost[source](k)``: proposing ``k``
         in plain steps; ``evidence``: a chat's evidence, updated in place; ``catch_up[source]``:
         what feeding the tokens it missed costs it (sources that feed them at their next
@@ -215,7 +220,10 @@ class AutoPolicy:
         round costs beyond its pass before any was measured (host work, plain steps);
         ``second_pass``: the target verifies trees path by path and feeds the kept path again
         (priced from the table); ``learn_time``: measured step times refine the costs (off:
-        the table alone)."""
+        the table alone); ``history``: the pair's record, where a source new to ``evidence``
+        starts and where every observation is also kept; ``step_ms_at(context)``: this
+        machine's plain step in milliseconds (the table's), which rounds are timed against
+        until the reply has taken plain steps of its own."""
         self.widths = dict(widths)
         self.verify_cost = verify_cost
         self.draft_cost = dict(draft_cost or {})
@@ -223,21 +231,28 @@ class AutoPolicy:
         self.missed = {name: 0 for name in self.catch_up}  # tokens since its last proposal
         self.paying = 0.0  # the catch-up the chosen round pays (charged to it, not overhead)
         self.evidence = evidence if evidence is not None else {}
+        self.history = history
         for name in self.widths:
             prior = (priors or {}).get(name, PRIOR_RATE)
-            self.evidence.setdefault(name, Evidence(prior=prior))
+            if name not in self.evidence:
+                self.evidence[name] = (history.start(name, prior) if history is not None
+                                       else Evidence(prior=prior))
         self.probe_every = probe_every
         self.probe_max = probe_max
         self.probe_interval = probe_every
         self.plain_streak = 0
         self.probing = False
-        self.step_ms: float | None = None
-        self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
+        self.step_ms: float | None = None  # the reply's own plain steps, as they run
+        self.step_ms_at = step_ms_at
+        # per source: measured cost beyond the model (where the pair's last request left it)
+        self.overhead: dict[str, float] = dict(history.overhead) if history is not None else {}
         self.trees = frozenset(trees)
         self.tree_host = tree_host
         self.second_pass = second_pass
         self.learn_time = learn_time
-        self.tree_overhead: dict[str, float] = {}  # per source: a tree round's measured extra
+        # per source: a tree round's measured extra
+        self.tree_overhead: dict[str, float] = (dict(history.tree_overhead)
+                                                if history is not None else {})
 
     # -- values -----------------------------------------------------------------------
     def drafting(self, source: str, k: int) -> float:
@@ -420,6 +435,8 @@ class AutoPolicy:
         ev = self.evidence.get(source)
         if ev is not None:
             ev.observe(proposed, accepted)
+            if self.history is not None:
+                self.history.observe(source, proposed, accepted)
 
     def observe_unused(self, source: str, proposed: int, accepted: int) -> None:
         """A proposal that was found but not verified (a copy another source beat), scored
@@ -428,6 +445,8 @@ class AutoPolicy:
         ev = self.evidence.get(source)
         if ev is not None:
             ev.observe(proposed, accepted)
+            if self.history is not None:
+                self.history.observe(source, proposed, accepted)
 
     def observe_miss(self, source: str, rank: int | None) -> None:
         """A rejected proposal of ``source``: the target's token was its drafter's runner-up
@@ -435,6 +454,8 @@ class AutoPolicy:
         ev = self.evidence.get(source)
         if ev is not None:
             ev.observe_miss(rank)
+            if self.history is not None:
+                self.history.observe_miss(source, rank)
 
     def observe_time(self, source: str | None, k: int, ms: float, context: int,
                      nodes: int = 0) -> None:
@@ -447,39 +468,24 @@ class AutoPolicy:
             self.step_ms = ms if self.step_ms is None else (
                 (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
             return
-        if not self.step_ms:
+        step = self.step_ms or (self.step_ms_at(context) if self.step_ms_at else None)
+        if not step:
             return
         if nodes > k:  # what the tree added beyond the pass over its nodes
             chain_part = (self.round_cost(source, k, context) - self.verify_cost(k + 1, context)
                           + self.paying)
-            extra = ms / self.step_ms - self.verify_cost(nodes + 1, context) - chain_part
+            extra = ms / step - self.verify_cost(nodes + 1, context) - chain_part
             extra = min(max(extra, TREE_OVERHEAD_RANGE[0]), TREE_OVERHEAD_RANGE[1])
             old = self.tree_overhead.get(source)
             self.tree_overhead[source] = extra if old is None else (
                 (1 - TIME_WEIGHT) * old + TIME_WEIGHT * extra)
+            if self.history is not None:
+                self.history.tree_overhead[source] = self.tree_overhead[source]
             return
         saved = self.overhead.pop(source, None)
         modelled = self.round_cost(source, k, context) + self.paying
-        excess = min(max(ms / self.step_ms - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
+        excess = min(max(ms / step - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
         self.overhead[source] = excess if saved is None else (
             (1 - TIME_WEIGHT) * saved + TIME_WEIGHT * excess)
-
-
-class Memory:
-    """Evidence per chat (the request's conversation), the most recent ``MEMORY_CHATS``."""
-
-    def __init__(self, size: int = MEMORY_CHATS):
-        self.size = size
-        self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
-
-    def for_chat(self, conversation: str | None) -> dict[str, Evidence]:
-        """The chat's evidence (a fresh dict for a request outside any chat)."""
-        if conversation is None:
-            return {}
-        chat = self._chats.pop(conversation, None)
-        if chat is None:
-            chat = {}
-        self._chats[conversation] = chat
-        while len(self._chats) > self.size:
-            self._chats.popitem(last=False)
-        return chat
+        if self.history is not None:
+            self.history.overhead[source] = self.overhead[source]

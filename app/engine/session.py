@@ -30,7 +30,7 @@ from app.checkpoints.chat_prompt import chat_tokens
 from app.checkpoints.resolve import resolve_model
 from app.engine import auto_build, proposals, rollback, session_warmup, tree_build
 from app.engine import context as limits
-from app.engine.auto_policy import Memory
+from app.engine.auto_memory import Memory
 from app.engine.calibration import Calibration, CalibrationStore, target_key
 from app.engine.calibration_measure import CALIBRATE_BUDGET_S, IDLE_LOAD, current_load
 from app.engine.decode import RoundLoop
@@ -82,7 +82,7 @@ class Session:
         self.calibration: Calibration | None = None  # the loaded target's, once read/measured
         self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
-        self.auto_memory = Memory()  # what auto speculation learnt, per chat
+        self.auto_memory = Memory()  # what auto speculation learnt, per chat and for the pair
         self.replies = SuffixMemory(reply_memory_bytes)  # earlier replies, per reply_scope
 
     # -- loading ----------------------------------------------------------------------
@@ -120,6 +120,7 @@ class Session:
         self.draft_kind = plugin.name
         self._tap_union = None
         self.prompt_cache.clear()
+        self.auto_memory.history.forget(plugin.name)  # what the old drafter did says nothing
         return held
 
     def load_for(self, kind: str, name_or_path: str | Path) -> Any:
@@ -138,6 +139,7 @@ class Session:
     def unload_draft(self) -> None:
         """Drop every draft folder's weights (a head in the target's own files stays)."""
         self.prompt_cache.clear()
+        self.auto_memory = Memory()  # another pair: what auto learnt was about this one
         self._tap_union = None
         for plugin in kinds.plugins():
             if plugin.needs_draft_folder:
@@ -146,6 +148,7 @@ class Session:
 
     def unload(self) -> None:
         self.prompt_cache.clear()
+        self.auto_memory = Memory()
         self.replies.clear()  # token ids of another model's vocabulary mean other words
         self._tap_union = None
         self.target = None

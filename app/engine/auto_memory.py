@@ -1,0 +1,92 @@
+"""What the auto kind remembers between requests: per chat, and for the loaded pair as a whole.
+
+A chat's evidence (``Memory.for_chat``, keyed by the request's conversation) is carried whole
+from one request of the chat to the next, so a chat that copies a file keeps preferring copies
+from its first round.
+
+Beside it, the pair's history (``History``): every round any request of this pair ran, per
+source, as slowly decayed per-depth counts (``HISTORY_DECAY`` per round: the last few hundred
+rounds count), and what each source's rounds were measured to cost beyond the model. A request
+that starts a chat, or belongs to none, starts from that history instead of the bare prior:
+each source's rates begin at what it did on this pair, weighed as ``HISTORY_WEIGHT`` rounds
+(enough to spare a request the rounds it would spend learning again that a drafter seldom
+agrees with this target, little enough that a few rounds of its own overrule it), and its
+measured overheads begin where the last request left them. The history lives while the pair
+is loaded (``Session`` makes a new ``Memory`` with each target).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from app.engine.auto_policy import PRIOR_RATE, RUNNER_PRIOR, Evidence
+
+MEMORY_CHATS = 64  # chats whose evidence is kept
+HISTORY_DECAY = 0.995  # weight of older rounds in the pair's history
+HISTORY_WEIGHT = 3.0  # a request's start: its history counts as this many rounds of its own
+
+
+@dataclass
+class History:
+    """The pair's record over every request: evidence per source, measured overheads."""
+
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+    overhead: dict[str, float] = field(default_factory=dict)
+    tree_overhead: dict[str, float] = field(default_factory=dict)
+
+    def record(self, source: str) -> Evidence:
+        return self.evidence.setdefault(source, Evidence())
+
+    def forget(self, source: str) -> None:
+        """Drop ``source``'s record (another drafter of that kind was loaded)."""
+        self.evidence.pop(source, None)
+        self.overhead.pop(source, None)
+        self.tree_overhead.pop(source, None)
+
+    def observe(self, source: str, proposed: int, accepted: int) -> None:
+        self.record(source).observe(proposed, accepted, decay=HISTORY_DECAY)
+
+    def observe_miss(self, source: str, rank: int | None) -> None:
+        self.record(source).observe_miss(rank, decay=HISTORY_DECAY)
+
+    def start(self, source: str, prior: float = PRIOR_RATE) -> Evidence:
+        """A request's starting evidence for ``source``: its history scaled to at most
+        ``HISTORY_WEIGHT`` rounds (the bare ``prior`` where it has none)."""
+        h = self.evidence.get(source)
+        if h is None or h.rounds <= 0:
+            return Evidence(prior=prior)
+        h.prior = prior
+        scale = min(1.0, HISTORY_WEIGHT / h.rounds)
+        rates = h.rates(len(h.reached))
+        reached = [r * scale for r in h.reached]
+        out = Evidence(prior=rates[0], reached=reached,
+                       hits=[n * rate for n, rate in zip(reached, rates, strict=True)],
+                       seen=reached[0], seen_hits=reached[0] * rates[0])
+        if h.misses > 0:
+            miss_scale = min(1.0, HISTORY_WEIGHT / h.misses)
+            out.misses = h.misses * miss_scale
+            out.runner = [n * miss_scale for n in h.runner[: len(RUNNER_PRIOR)]]
+        return out
+
+
+class Memory:
+    """Evidence per chat (the request's conversation), the most recent ``MEMORY_CHATS``, and
+    the pair's ``history``."""
+
+    def __init__(self, size: int = MEMORY_CHATS):
+        self.size = size
+        self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
+        self.history = History()
+
+    def for_chat(self, conversation: str | None) -> dict[str, Evidence]:
+        """The chat's evidence (a fresh dict for a request outside any chat)."""
+        if conversation is None:
+            return {}
+        chat = self._chats.pop(conversation, None)
+        if chat is None:
+            chat = {}
+        self._chats[conversation] = chat
+        while len(self._chats) > self.size:
+            self._chats.popitem(last=False)
+        return chat

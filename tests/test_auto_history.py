@@ -1,0 +1,69 @@
+"""The pair's history: a request that starts a chat begins from what each drafter did before."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.auto_memory import HISTORY_WEIGHT, History, Memory
+from app.engine.auto_policy import PRIOR_RATE, AutoPolicy
+from tests.test_auto_policy import cpu_like
+
+
+def _run(policy: AutoPolicy, source: str, rounds: int, proposed: int, accepted: int) -> None:
+    for _ in range(rounds):
+        policy.observe(source, proposed, accepted)
+
+
+def test_a_request_starts_from_the_pairs_record_weighed_as_a_few_rounds():
+    history = History()
+    first = AutoPolicy({"mtp": 4, "dflash": 4}, verify_cost=cpu_like, history=history)
+    assert first.evidence["mtp"].rates(1)[0] == pytest.approx(PRIOR_RATE)  # nothing yet
+    _run(first, "mtp", 40, 4, 0)  # the head never agreed with this target
+    _run(first, "dflash", 40, 4, 3)  # the drafter mostly did
+    nxt = AutoPolicy({"mtp": 4, "dflash": 4}, verify_cost=cpu_like, history=history)
+    mtp, dflash = nxt.evidence["mtp"], nxt.evidence["dflash"]
+    assert mtp.rates(1)[0] < 0.1 and dflash.rates(3)[2] > 0.7
+    assert mtp.seen == pytest.approx(HISTORY_WEIGHT)  # a few rounds of its own overrule it
+    for _ in range(3):
+        mtp.observe(4, 4)
+    assert 0.35 < mtp.rates(1)[0] < 0.65  # three of its own weigh about as much
+
+
+def test_history_spares_a_request_the_rounds_that_relearn_a_weak_drafter():
+    """Without a record each request tries a drafter on the prior's hope; with one that says
+    it seldom agrees, a new request decodes plainly from its first step (CPU-like costs)."""
+    fresh = AutoPolicy({"mtp": 4}, verify_cost=cpu_like)
+    assert fresh.choose(room=64, context=100) is not None  # the hopeful prior tries it
+    history = History()
+    taught = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
+    _run(taught, "mtp", 40, 1, 0)
+    again = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
+    assert again.choose(room=64, context=100) is None
+
+
+def test_measured_overheads_carry_and_a_new_drafter_is_forgotten():
+    history = History()
+    first = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
+    first.observe_time(None, 0, 10.0, 100)  # a plain step: 10 ms
+    first.observe_time("mtp", 2, 30.0, 100)  # a round far dearer than its table
+    assert history.overhead["mtp"] > 0.5
+    nxt = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
+    assert nxt.overhead["mtp"] == history.overhead["mtp"]
+    _run(nxt, "mtp", 5, 2, 2)
+    history.forget("mtp")
+    assert "mtp" not in history.evidence and "mtp" not in history.overhead
+    assert AutoPolicy({"mtp": 4}, verify_cost=cpu_like,
+                      history=history).evidence["mtp"].rates(1)[0] == pytest.approx(PRIOR_RATE)
+
+
+def test_a_chat_keeps_its_own_evidence_over_the_history():
+    mem = Memory()
+    chat = mem.for_chat("a")
+    AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence=chat, history=mem.history)
+    _run(AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence={}, history=mem.history),
+         "mtp", 30, 2, 0)  # other requests found the head poor
+    chat["mtp"].observe(2, 2)
+    again = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence=mem.for_chat("a"),
+                       history=mem.history)
+    assert again.evidence["mtp"] is chat["mtp"]  # the chat's own, not the record's
+    assert again.evidence["mtp"].rates(1)[0] > 0.6

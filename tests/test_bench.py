@@ -196,6 +196,16 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     steps = sum(r["timings"]["verify_passes"] for r in runs if r["condition"] == "auto")
     assert sum(v["rounds"] for v in auto_row["sources"].values()) == steps
     assert "## What auto speculation chose" in paths["md"].read_text()
+    # auto against the single kind that was fastest here, paired repeat by repeat
+    rel = next(r for r in data["summary"]["relative"] if r["condition"] == "auto")
+    singles = [r for r in data["summary"]["rows"]
+               if r["condition"] in ("prompt-lookup", "suffix", "full-model")]
+    assert rel["against"] == max(singles, key=lambda r: r["speedup"])["condition"]
+    mine = [r["timings"]["predicted_per_second"] for r in runs if r["condition"] == "auto"]
+    best = [r["timings"]["predicted_per_second"] for r in runs if r["condition"] == rel["against"]]
+    assert rel["speedup"] == pytest.approx(statistics.median(
+        a / b for a, b in zip(mine, best, strict=True)))
+    assert "## Against what it replaces" in paths["md"].read_text()
 
     with paths["csv"].open() as fh:
         rows = list(csv.DictReader(fh))
@@ -332,3 +342,28 @@ def test_one_run_per_condition_gives_no_verdict_and_no_recommendation():
     assert "--runs 3" in rec.reason  # the command line names its flag
     (rec,) = recommend_drafters({"summary": {"rows": rows}}, more_runs="set Runs to 3").values()
     assert rec.reason.endswith("(set Runs to 3)") and "--" not in rec.reason
+
+
+def test_tree_rows_are_measured_against_their_chains(tmp_path, tiny_pair):
+    from app.bench.report import write_report
+    from app.bench.runner import BenchConfig, run_bench
+
+    target, draft = tiny_pair
+    suite = _write_suite(tmp_path / "suite", [_task(
+        messages=[{"role": "user", "content": "The cat sat on the mat. The dog sat on the"}])])
+    config = BenchConfig(model=str(target), draft_model=str(draft), runs=2,
+                         temperatures=(0.0,), suite_path=str(suite), contention_threshold=1e9,
+                         max_tokens=10, kinds=("full-model",), trees=("flat",),
+                         peers=False)
+    report = run_bench(config)
+    rel = report.summary["relative"]
+    assert [(r["condition"], r["against"]) for r in rel] == [("full-model trees flat",
+                                                              "full-model")]
+
+    def tps(cond):
+        return [r.decode_tps for r in report.measured() if r.condition == cond]
+
+    assert rel[0]["speedup"] == pytest.approx(statistics.median(
+        a / b for a, b in zip(tps("full-model trees flat"), tps("full-model"), strict=True)))
+    md = write_report(report, tmp_path / "out")["md"].read_text()
+    assert "| full-model trees flat | full-model |" in md

@@ -252,6 +252,40 @@ def test_budget_grows_trees_only_where_they_pay():
     assert tree_v > chain_v
 
 
+def test_a_patient_budget_looks_less_while_trees_do_not_pay_and_every_round_once_they_do():
+    """On a steep table a patient budget passes more and more rounds as chains unread (each
+    look reads the drafter's whole distribution); when the costs turn flat it finds a tree
+    within ``MAX_PATIENCE`` rounds and then looks at every round."""
+    probs = np.full((4, 50), 0.001)
+    for d, t in enumerate([5, 6, 7, 8]):
+        probs[d, t], probs[d, 10 + d] = 0.5, 0.15
+    probs /= probs.sum(axis=1, keepdims=True)
+    prop = Proposal(tokens=mx.array([5, 6, 7, 8], dtype=mx.uint32), dist=mx.array(probs))
+    table = {"slope": 0.5}
+    budget = tree_build.NodeBudget(
+        lambda n, ctx: tree_build.linear_cost(table["slope"])(n, ctx)
+        if table["slope"] else tree_build.flat_cost()(n, ctx), patient=True)
+    looks = []
+    real = budget._grown
+
+    def counted(*a, **kw):
+        looks.append(True)
+        return real(*a, **kw)
+
+    budget._grown = counted  # type: ignore[method-assign]
+    for _ in range(40):
+        assert budget.grow(prop) is prop
+    assert 4 <= len(looks) <= 8  # 1, 2, 4, 8, 16, 16 rounds apart: not 40 looks
+    table["slope"] = 0.0
+    grown = [budget.grow(prop) for _ in range(tree_build.MAX_PATIENCE + 1)]
+    first = next(i for i, g in enumerate(grown) if g is not prop)
+    assert all(g is not prop for g in grown[first:])  # every round once trees pay
+    impatient = tree_build.NodeBudget(tree_build.linear_cost(0.5))
+    for _ in range(5):
+        impatient.grow(prop)
+    assert impatient.chains == 5 and impatient.idle == 0  # the auto kind's: looks when asked
+
+
 # -- trees from the MTP head and from DFlash's block pass ----------------------------------
 
 

@@ -147,6 +147,18 @@ def markdown(report: BenchReport) -> str:
             lines.append(f"| {r['task_id']} | {r['temperature']:g} | "
                          f"{shares_line(r['sources'])} | {detail_line(r['sources'])} |")
         lines.append("")
+    if s.get("relative"):
+        lines += ["## Against what it replaces", "",
+                  "Trees against the same drafter's chains; auto against the single kind that "
+                  "was fastest on that task and temperature in this run. Ratio = median of the "
+                  "per-repeat ratios of decode rates; verdict as above.", "",
+                  "| task | T | condition | against | ratio | verdict |",
+                  "|---|---:|---|---|---:|---|"]
+        for p in s["relative"]:
+            lines.append(f"| {p['task_id']} | {p['temperature']:g} | {p['condition']} | "
+                         f"{p['against']} | {_f(p['speedup'], '.2f', 'x')} | "
+                         f"{p['verdict']} (n={p['runs']}) |")
+        lines.append("")
     if s.get("peer_rows"):
         lines += ["## DraftPair vs mlx-lm (same pair, prompts and width)", "",
                   "| task | T | DraftPair | mlx-lm | DraftPair tok/s | mlx-lm tok/s | ratio | "

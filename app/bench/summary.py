@@ -8,6 +8,7 @@ from typing import Any
 from app import kinds as draft_kinds
 from app.bench.measure import paired_speedup
 from app.bench.records import OFF, PEER_PLAIN, PEER_SPEC, BenchReport, RunRecord
+from app.bench.relative import relative_rows
 from app.bench.stats import MIN_RUNS, TOO_FEW, compare_tokens, median, verdict
 
 # (name, what, baseline condition, compared condition, task kinds or None for all, target)
@@ -147,6 +148,7 @@ def summarize(report: BenchReport) -> dict[str, Any]:
                                   **compare(a, b)})
     return {
         "rows": rows,
+        "relative": relative_rows(cells, report.conditions, rows, compare),
         "peer_rows": peer_rows,
         "identity": identity,
         "goals": _goals(cells, task_kind),

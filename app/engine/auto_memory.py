@@ -52,22 +52,22 @@ class History:
 
     def start(self, source: str, prior: float = PRIOR_RATE) -> Evidence:
         """A request's starting evidence for ``source``: its history scaled to at most
-        ``HISTORY_WEIGHT`` rounds (the bare ``prior`` where it has none)."""
+        ``HISTORY_WEIGHT`` rounds, on the bare ``prior`` (where it has none, the prior alone).
+
+        The record moves the starting rates but is not the request's own: the source keeps
+        the optimism of a source the request has not tried (``Evidence.seen`` stays 0), and
+        plain steps age the record's rounds like any. What a drafter did on one kind of task
+        is a hint for the next, not a verdict: it ran where the copies had nothing, and which
+        those places are changes with the task."""
         h = self.evidence.get(source)
         if h is None or h.rounds <= 0:
             return Evidence(prior=prior)
-        h.prior = prior
         scale = min(1.0, HISTORY_WEIGHT / h.rounds)
-        rates = h.rates(len(h.reached))
-        reached = [r * scale for r in h.reached]
-        out = Evidence(prior=rates[0], reached=reached,
-                       hits=[n * rate for n, rate in zip(reached, rates, strict=True)],
-                       seen=reached[0], seen_hits=reached[0] * rates[0])
-        if h.misses > 0:
-            miss_scale = min(1.0, HISTORY_WEIGHT / h.misses)
-            out.misses = h.misses * miss_scale
-            out.runner = [n * miss_scale for n in h.runner[: len(RUNNER_PRIOR)]]
-        return out
+        return Evidence(prior=prior, reached=[r * scale for r in h.reached],
+                        hits=[n * scale for n in h.hits],
+                        misses=h.misses * min(1.0, HISTORY_WEIGHT / max(h.misses, 1e-9)),
+                        runner=[n * min(1.0, HISTORY_WEIGHT / max(h.misses, 1e-9))
+                                for n in h.runner[: len(RUNNER_PRIOR)]])
 
 
 class Memory:

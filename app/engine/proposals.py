@@ -139,11 +139,10 @@ class ProposalSource:
         """A step's wall time, for the policy's cost model."""
         if self.policy is None:
             return
-        if pick is not None and pick.copied:
-            self.policy.observe_other()
+        if pick is not None and (pick.copied or pick.proposal.parents is not None):
+            self.policy.observe_other()  # a copy, or a tree: not what a chain of k costs
         else:
-            k = 0 if pick is None else pick.proposal.spine or pick.proposal.k
-            self.policy.observe_time(k, ms)
+            self.policy.observe_time(0 if pick is None else pick.proposal.k, ms)
 
 
 def for_drafter(drafter: Drafter | None, *, rule: str, width: int, lookup: bool = True,

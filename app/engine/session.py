@@ -366,7 +366,8 @@ class Session:
         cal = self.calibration
         cost = (cal.verify_cost if cal is not None else tree_build.linear_cost(
             verify_slope if verify_slope is not None else DEFAULT_VERIFY_SLOPE))
-        return NodeBudget(cost, tree_overhead=tree_build.ONE_PASS_OVERHEAD, second_pass=again)
+        return NodeBudget(cost, tree_overhead=tree_build.ONE_PASS_OVERHEAD, second_pass=again,
+                          patient=True)
 
     def _keep_taps(self, req: GenerationRequest) -> TapRequest | None:
         """The target rows a kept conversation keeps: those of every drafter that reads the

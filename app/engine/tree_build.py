@@ -107,13 +107,23 @@ def with_leaves(spine: Proposal, leaves: Sequence[Leaf]) -> Proposal:
     return Proposal(tokens=tokens, q=None, draft_ms=spine.draft_ms, parents=parents, spine=k)
 
 
+MAX_PATIENCE = 16  # a budget that keeps finding chains looks again after at most this many
+
+
 class NodeBudget:
     """Chooses each round's shape beside the width policy: the chain, or the chain with the
     leaves that pay (``shape``), from the verify cost by node count and the drafter's
-    distribution."""
+    distribution.
+
+    Looking costs: the drafter's distribution over the whole vocabulary is read at each depth.
+    Where trees rarely pay (a processor whose verify cost grows with every node) a ``patient``
+    budget that found no leaf worth adding lets the next round pass as a chain unread, twice
+    as many each time it finds none again (up to ``MAX_PATIENCE``), and looks every round
+    again once a tree paid: chains then cost what they cost with trees off."""
 
     def __init__(self, cost_at: Callable[[int, int], float], *, max_nodes: int = 16,
-                 per_depth: int = 3, tree_overhead: float = 0.0, second_pass: bool = False):
+                 per_depth: int = 3, tree_overhead: float = 0.0, second_pass: bool = False,
+                 patient: bool = False):
         """``cost_at(n, context)``: a verify pass over ``n`` tokens after ``context`` cached
         ones, in plain steps (``Calibration.verify_cost``); ``tree_overhead``: what a tree
         round costs beyond it (the top-k read, the mask, the gather), in plain steps;
@@ -126,6 +136,9 @@ class NodeBudget:
         self.per_depth = per_depth
         self.trees = 0  # rounds sent as trees
         self.chains = 0
+        self.patient = patient
+        self.idle = 0  # rounds still passed as chains unread
+        self.wait = 1  # rounds passed unread after the next look that finds no leaf
 
     def grow(self, proposal: Proposal, rates: Sequence[float] | None = None, *,
              context: int = 0, draft_cost: float = 0.0, n_pending: int = 1,
@@ -141,6 +154,20 @@ class NodeBudget:
                                  draft_cost=draft_cost, n_pending=n_pending)
         if proposal.dist is None or proposal.k == 0 or not proposal.is_chain:
             return proposal
+        if self.idle > 0:
+            self.idle -= 1
+            self.chains += 1
+            return proposal
+        grown = self._grown(proposal, rates, context=context, draft_cost=draft_cost,
+                            n_pending=n_pending, marginals=marginals)
+        if grown is proposal and self.patient:
+            self.idle, self.wait = self.wait, min(self.wait * 2, MAX_PATIENCE)
+        elif grown is not proposal:
+            self.wait = 1
+        return grown
+
+    def _grown(self, proposal: Proposal, rates: Sequence[float] | None, *, context: int,
+               draft_cost: float, n_pending: int, marginals: bool) -> Proposal:
         overhead = self.tree_overhead + (self.cost_at(n_pending + proposal.k, context)
                                          if self.second_pass else 0.0)
         dist = proposal.dist.astype(mx.float32)

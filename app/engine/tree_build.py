@@ -168,6 +168,7 @@ class NodeBudget:
 
     def _grown(self, proposal: Proposal, rates: Sequence[float] | None, *, context: int,
                draft_cost: float, n_pending: int, marginals: bool) -> Proposal:
+        assert proposal.dist is not None  # (grow passes only chains with a distribution)
         overhead = self.tree_overhead + (self.cost_at(n_pending + proposal.k, context)
                                          if self.second_pass else 0.0)
         dist = proposal.dist.astype(mx.float32)

@@ -53,17 +53,17 @@ def test_history_spares_a_request_the_rounds_that_relearn_a_weak_drafter():
     assert fresh >= 2 and taught < fresh
 
 
-def test_measured_overheads_carry_and_a_new_drafter_is_forgotten():
+def test_one_slow_round_does_not_shut_a_source_out_nor_follow_it_to_the_next_request():
     history = History()
     first = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
     first.observe_time(None, 0, 10.0, 100)  # a plain step: 10 ms
-    first.observe_time("mtp", 2, 30.0, 100)  # a round far dearer than its table
-    assert history.overhead["mtp"] > 0.5
+    first.observe_time("mtp", 2, 300.0, 100)  # a round that met a pause
+    assert 0 < first.overhead["mtp"] <= 0.5  # learnt from nothing, not taken whole
     nxt = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
-    assert nxt.overhead["mtp"] == history.overhead["mtp"]
+    assert nxt.overhead == {}  # costs are each request's own measurement
     _run(nxt, "mtp", 5, 2, 2)
     history.forget("mtp")
-    assert "mtp" not in history.evidence and "mtp" not in history.overhead
+    assert "mtp" not in history.evidence
     assert AutoPolicy({"mtp": 4}, verify_cost=cpu_like,
                       history=history).evidence["mtp"].rates(1)[0] == pytest.approx(PRIOR_RATE)
 

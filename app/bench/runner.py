@@ -284,7 +284,7 @@ def plan_conditions(session: Any, config: BenchConfig) -> tuple[list[Condition],
         width = int(config.widths.get(kind, plugin.default_width))
         conditions.append(Condition(kind, "draftpair", kind, width,
                                     lookup_assist=config.lookup_assist))
-        if kinds.get(kind).grows_trees:
+        if plugin.grows_trees or plugin.shapes_trees:
             conditions.extend(Condition(f"{kind} trees {mode}", "draftpair", kind, width,
                                         lookup_assist=config.lookup_assist, trees=mode)
                               for mode in config.trees if mode != "off")

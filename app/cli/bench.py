@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="measure the model drafters alone, without prompt lookup copying "
                         "the context beside them")
     p.add_argument("--trees", nargs="+", default=[], choices=["on", "flat"], metavar="MODE",
-                   help="also measure each model drafter with trees of candidates: 'on' "
+                   help="also measure each model drafter (and suffix decoding, whose index "
+                        "offers several continuations) with trees of candidates: 'on' "
                         "(where this computer's verify costs say they pay) or 'flat' (as if a "
                         "verify of up to 64 tokens cost one step), one row each")
     p.add_argument("--rollback", action="store_true",

@@ -6,13 +6,15 @@ from its first round.
 
 Beside it, the pair's history (``History``): every round any request of this pair ran, per
 source, as slowly decayed per-depth counts (``HISTORY_DECAY`` per round: the last few hundred
-rounds count), and what each source's rounds were measured to cost beyond the model. A request
+rounds count). A request
 that starts a chat, or belongs to none, starts from that history instead of the bare prior:
 each source's rates begin at what it did on this pair, weighed as ``HISTORY_WEIGHT`` rounds
-(enough to spare a request the rounds it would spend learning again that a drafter seldom
-agrees with this target, little enough that a few rounds of its own overrule it), and its
-measured overheads begin where the last request left them. The history lives while the pair
-is loaded (``Session`` makes a new ``Memory`` with each target).
+(enough to spare a request some of the rounds it would spend learning again that a drafter
+seldom agrees with this target, little enough that a few rounds of its own overrule it).
+Measured costs are not carried: a source's overhead is learnt from its own rounds, and one
+carried from a request where a round met a pause would keep it from being chosen, so never
+measured again. The history lives while the pair is loaded (``Session`` makes a new
+``Memory`` with each target and draft).
 """
 
 from __future__ import annotations
@@ -29,11 +31,9 @@ HISTORY_WEIGHT = 3.0  # a request's start: its history counts as this many round
 
 @dataclass
 class History:
-    """The pair's record over every request: evidence per source, measured overheads."""
+    """The pair's record over every request: evidence per source."""
 
     evidence: dict[str, Evidence] = field(default_factory=dict)
-    overhead: dict[str, float] = field(default_factory=dict)
-    tree_overhead: dict[str, float] = field(default_factory=dict)
 
     def record(self, source: str) -> Evidence:
         return self.evidence.setdefault(source, Evidence())
@@ -41,8 +41,6 @@ class History:
     def forget(self, source: str) -> None:
         """Drop ``source``'s record (another drafter of that kind was loaded)."""
         self.evidence.pop(source, None)
-        self.overhead.pop(source, None)
-        self.tree_overhead.pop(source, None)
 
     def observe(self, source: str, proposed: int, accepted: int) -> None:
         self.record(source).observe(proposed, accepted, decay=HISTORY_DECAY)

@@ -244,15 +244,12 @@ class AutoPolicy:
         self.probing = False
         self.step_ms: float | None = None  # the reply's own plain steps, as they run
         self.step_ms_at = step_ms_at
-        # per source: measured cost beyond the model (where the pair's last request left it)
-        self.overhead: dict[str, float] = dict(history.overhead) if history is not None else {}
+        self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
         self.trees = frozenset(trees)
         self.tree_host = tree_host
         self.second_pass = second_pass
         self.learn_time = learn_time
-        # per source: a tree round's measured extra
-        self.tree_overhead: dict[str, float] = (dict(history.tree_overhead)
-                                                if history is not None else {})
+        self.tree_overhead: dict[str, float] = {}  # per source: a tree round's measured extra
 
     # -- values -----------------------------------------------------------------------
     def drafting(self, source: str, k: int) -> float:
@@ -479,13 +476,9 @@ class AutoPolicy:
             old = self.tree_overhead.get(source)
             self.tree_overhead[source] = extra if old is None else (
                 (1 - TIME_WEIGHT) * old + TIME_WEIGHT * extra)
-            if self.history is not None:
-                self.history.tree_overhead[source] = self.tree_overhead[source]
             return
         saved = self.overhead.pop(source, None)
         modelled = self.round_cost(source, k, context) + self.paying
         excess = min(max(ms / step - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
-        self.overhead[source] = excess if saved is None else (
-            (1 - TIME_WEIGHT) * saved + TIME_WEIGHT * excess)
-        if self.history is not None:
-            self.history.overhead[source] = self.overhead[source]
+        # from nothing: one round that met a pause does not shut a source out of the reply
+        self.overhead[source] = (1 - TIME_WEIGHT) * (saved or 0.0) + TIME_WEIGHT * excess

@@ -55,6 +55,7 @@ class KindPlugin:
     aliases: tuple[str, ...] = ()  # other spellings the pairing check accepts
     keeps_replies: bool = False  # proposes from earlier replies kept per scope (chat, API key)
     grows_trees: bool = False  # its proposals carry a distribution that trees grow from
+    shapes_trees: bool = False  # its drafter shapes trees itself where a request allows them
     # the bench's goals for it: (name suffix, what, baseline "off" | "peer", task kinds or
     # None for all, speed-up to reach)
     bench_goals: tuple[tuple[str, str, str, tuple[str, ...] | None, float], ...] = ()

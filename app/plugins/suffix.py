@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 class Suffix(KindPlugin):
     name = "suffix"
+    shapes_trees = True  # the index's other continuations at branch points
     label = "Earlier replies"
     share_word = "earlier replies"
     explanation = ("Guesses the next words from what followed the same words in this chat "

@@ -207,3 +207,17 @@ def test_compare_drafters_refuses_an_unknown_kind_in_one_line(capsys):
     assert main(["demo", "compare-drafters", "--kinds", "warp-drive"]) == 2
     out = capsys.readouterr().out
     assert "not a draft kind: warp-drive" in out and "mtp" in out
+
+
+@needs_demo(_demo_eagle3_ready(), "The demo target or the shipped EAGLE-3 drafter")
+def test_compare_drafters_measures_trees_beside_their_chains_in_one_sitting():
+    from app.demo import drafter_compare
+    from app.plugins.eagle3 import PLUGIN as EAGLE3
+
+    lines: list[str] = []
+    out = drafter_compare.compare([EAGLE3.name], prompts=1, max_tokens=8,
+                                  trees=("off", "on"), log=lines.append)
+    chain, tree = out["kinds"][EAGLE3.name], out["kinds"][f"{EAGLE3.name} trees on"]
+    assert chain["vs_chain"] is None and tree["vs_chain"] > 0
+    assert chain["identical"] == tree["identical"] == 1  # greedy: both exact
+    assert any("of its chains" in line for line in lines)

@@ -50,8 +50,11 @@ def register(sub) -> None:
                     help="how many of the hand-written chat requests (default 12)")
     cp.add_argument("--max-tokens", type=int, default=128)
     cp.add_argument("--temp", type=float, default=0.0, help="sampling temperature")
-    cp.add_argument("--trees", choices=["off", "on", "flat"], default="off",
-                    help="trees of candidates for the drafters that grow them (as generate)")
+    cp.add_argument("--trees", nargs="+", choices=["off", "on", "flat"], default=["off"],
+                    metavar="MODE",
+                    help="trees of candidates for the drafters that grow them (as generate): "
+                         "off, on, flat; several ('off on') measure each such drafter both "
+                         "ways in one sitting")
     cp.add_argument("--json", type=Path, default=None, help="also write the figures here")
     cp.set_defaults(func=_compare)
 
@@ -102,7 +105,7 @@ def _compare(args) -> int:
             print(f"draftpair: not a draft kind: {w} (the kinds: {', '.join(kinds.names())})")
             return 2
     out = drafter_compare.compare(names, prompts=args.prompts, max_tokens=args.max_tokens,
-                                  temperature=args.temp, trees=args.trees)
+                                  temperature=args.temp, trees=tuple(args.trees))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     bad = [k for k, row in out["kinds"].items() if row["identical"] != out["prompts"]]

@@ -6,6 +6,9 @@ DraftPair's engine, the order rotated per prompt so drift in machine load hits a
 kind: the median of the per-prompt tok/s ratios over plain, the range, accepted tokens per
 round, tokens per verify pass, and how many replies were identical to plain (at temperature 0
 every one must be; sampled replies differ run to run, as they do without speculation).
+With several tree modes (``trees=("off", "on")``) each kind that grows or shapes trees also
+runs as trees in the same rotation, and its row gives the median per-prompt ratio to its own
+chains (``vs_chain``): trees and chains measured in one sitting, prompt by prompt.
 """
 
 from __future__ import annotations
@@ -25,8 +28,12 @@ def default_kinds() -> list[str]:
     return shipped + auto
 
 
+def label(kind: str, trees: str) -> str:
+    return kind if trees == "off" else f"{kind} trees {trees}"
+
+
 def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
-            temperature: float = 0.0, seed: int = 0, trees: str = "off",
+            temperature: float = 0.0, seed: int = 0, trees: Sequence[str] = ("off",),
             log: Callable[[str], None] = print) -> dict[str, Any]:
     from app import kinds
     from app.demo.chat_prompts import CHAT_PROMPTS, chat_messages
@@ -42,10 +49,18 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
         if plugin is not None and plugin.draft_is_lm and plugin.demo_draft:
             s.load_draft(str(resource_path(plugin.demo_draft)))
 
-    def run(msgs: list[dict], kind: str) -> DoneEvent:
+    conds: dict[str, tuple[str, str]] = {}  # label -> (kind, tree mode)
+    for name in kinds_:
+        plugin = kinds.get(name)
+        for mode in trees:
+            if mode == "off" or plugin.grows_trees or plugin.shapes_trees or plugin.combines:
+                conds[label(name, mode)] = (name, mode)
+
+    def run(msgs: list[dict], cond: str) -> DoneEvent:
+        kind, mode = conds.get(cond, (OFF, "off"))
         req = GenerationRequest(messages=tuple(msgs), max_tokens=max_tokens, draft_kind=kind,
                                 sampling=SamplingParams(temperature=temperature, seed=seed),
-                                allow_fallback=False, trees=trees if kind != OFF else "off")
+                                allow_fallback=False, trees=mode)
         done = None
         for event in s.generate(req):
             if isinstance(event, DoneEvent):
@@ -54,23 +69,29 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
             raise RuntimeError(done.error if done else "no result")
         return done
 
-    order0 = [OFF, *kinds_]
+    labels = list(conds)
+    order0 = [OFF, *labels]
     warm = [{"role": "user", "content": "Say hello."}]
     for kind in order0:  # loading and this machine's measurements, outside the figures
         run(warm, kind)
-    ratios: dict[str, list[float]] = {k: [] for k in kinds_}
-    same = dict.fromkeys(kinds_, 0)
-    sums = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0, "trees": 0} for k in kinds_}
-    shares: dict[str, dict[str, int]] = {k: {} for k in kinds_}
+    ratios: dict[str, list[float]] = {k: [] for k in labels}
+    vs_chain: dict[str, list[float]] = {k: [] for k in labels if conds[k][1] != "off"}
+    same = dict.fromkeys(labels, 0)
+    sums = {k: {"acc": 0, "rounds": 0, "n": 0, "verifies": 0, "trees": 0} for k in labels}
+    shares: dict[str, dict[str, int]] = {k: {} for k in labels}
     todo = [chat_messages(p) for p in CHAT_PROMPTS[:prompts]]
     for i, msgs in enumerate(todo):
         order = order0[i % len(order0):] + order0[: i % len(order0)]
         res = {kind: run(msgs, kind) for kind in order}
         plain = res[OFF]
         parts = []
-        for kind in kinds_:
+        for kind in labels:
             t = res[kind].timings
             ratio = t.predicted_per_second / max(plain.timings.predicted_per_second, 1e-9)
+            chain = label(conds[kind][0], "off")
+            if kind in vs_chain and chain in res:
+                vs_chain[kind].append(t.predicted_per_second / max(
+                    res[chain].timings.predicted_per_second, 1e-9))
             ratios[kind].append(ratio)
             ident = tuple(res[kind].token_ids) == tuple(plain.token_ids)
             same[kind] += int(ident)
@@ -87,8 +108,8 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
         log(f"  [{i + 1}/{len(todo)}] n={plain.timings.predicted_n:3d} plain "
             f"{plain.timings.predicted_per_second:5.1f} tok/s | " + " | ".join(parts))
     out: dict[str, Any] = {"prompts": len(todo), "max_tokens": max_tokens,
-                           "temperature": temperature, "trees": trees, "kinds": {}}
-    for kind in kinds_:
+                           "temperature": temperature, "trees": list(trees), "kinds": {}}
+    for kind in labels:
         st, r = sums[kind], ratios[kind]
         row: dict[str, Any] = {
             "speedup_median": statistics.median(r), "speedup_min": min(r),
@@ -96,12 +117,14 @@ def compare(kinds_: Sequence[str], *, prompts: int = 12, max_tokens: int = 128,
             "accept_len_mean": st["acc"] / max(st["rounds"], 1),
             "tokens_per_verify": st["n"] / max(st["verifies"], 1),
             "identical": same[kind], "source_rounds": shares[kind],
-            "tree_rounds": st["trees"]}
+            "tree_rounds": st["trees"],
+            "vs_chain": statistics.median(vs_chain[kind]) if vs_chain.get(kind) else None}
         out["kinds"][kind] = row
         log(f"{kind}: median x{row['speedup_median']:.3f} (range {row['speedup_min']:.2f}-"
             f"{row['speedup_max']:.2f}, >= plain on {row['at_or_above_plain']}/{len(todo)}), "
             f"accepted/round {row['accept_len_mean']:.2f}, tokens/verify "
             f"{row['tokens_per_verify']:.2f}, identical {row['identical']}/{len(todo)}"
-            + (f", {row['tree_rounds']} of {st['rounds']} rounds as trees" if trees != "off"
-               else ""))
+            + (f", {row['tree_rounds']} of {st['rounds']} rounds as trees, x"
+               f"{row['vs_chain']:.3f} of its chains (median per prompt)"
+               if row["vs_chain"] is not None else ""))
     return out

@@ -27,6 +27,7 @@ from app.engine.auto_policy import (
     VerifyCost,
     catch_up_cost,
     linear_verify_cost,
+    remembered,
 )
 from app.engine.auto_source import AutoSource, Member
 from app.engine.events import GenerationRequest, NoticeEvent, StatusEvent
@@ -150,9 +151,9 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
     what auto would choose there, chains and trees alike, step times not learnt)."""
     flat = req.trees == "flat"
     cal = session.calibration
-    verify_cost: VerifyCost = (tree_build.flat_cost() if flat
-                               else cal.verify_cost if cal is not None
-                               else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
+    verify_cost: VerifyCost = remembered(tree_build.flat_cost() if flat
+                                         else cal.verify_cost if cal is not None
+                                         else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
     # a drafter that catches up pays a longer first pass after the steps it sat out
     widest = (max(max(sizes) for sizes in cal.sizes) if cal is not None and not flat
               else 1 << 20)

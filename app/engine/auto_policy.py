@@ -169,6 +169,24 @@ def linear_verify_cost(slope: float) -> VerifyCost:
     return lambda n, context: 1.0 + slope * max(0, n - 1)
 
 
+def remembered(cost: VerifyCost) -> VerifyCost:
+    """``cost`` remembered per pass size at the context last asked about: one step's choice
+    asks the table the same few sizes many times over (every source, width and tree shape)."""
+    seen: dict[int, float] = {}
+    at: list[int | None] = [None]
+
+    def cached(n: int, context: int) -> float:
+        if context != at[0]:
+            seen.clear()
+            at[0] = context
+        v = seen.get(n)
+        if v is None:
+            v = seen[n] = cost(n, context)
+        return v
+
+    return cached
+
+
 CatchUp = Callable[[int, int], float]  # (tokens missed, context) -> plain steps
 
 

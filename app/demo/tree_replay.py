@@ -35,6 +35,7 @@ class Tally:
     chain_tokens: int = 0
     tree_tokens: int = 0
     tree_nodes: list[int] = field(default_factory=list)
+    chain_nodes: list[int] = field(default_factory=list)
 
 
 def walk(proposal: Proposal, truth: list[int]) -> int:
@@ -67,6 +68,10 @@ def replay(session: Any, kind: str, prompts: list[str], max_tokens: int,
     def next_logged(self: Any, committed: list[int], remaining: int) -> Any:
         if self.drafter is not None:
             self.drafter.keep_dist = True
+            if hasattr(self.drafter, "choose_width"):
+                # a block drafter cuts its block where this computer's verify costs say; on
+                # flat hardware the whole block is worth sending
+                self.drafter.adaptive = False
         pick = real_next(self, committed, remaining)
         if pick is not None and not pick.copied and pick.proposal.dist is not None:
             logged.append(Logged(len(committed), pick.proposal,
@@ -93,6 +98,7 @@ def replay(session: Any, kind: str, prompts: list[str], max_tokens: int,
                 tally.chain_tokens += walk(rec.proposal, truth) + 1
                 tally.tree_tokens += walk(tree, truth) + 1
                 tally.tree_nodes.append(tree.k)
+                tally.chain_nodes.append(rec.proposal.k)
     finally:
         proposals.ProposalSource.next = real_next  # type: ignore[method-assign]
     return tally

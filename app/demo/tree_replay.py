@@ -68,10 +68,6 @@ def replay(session: Any, kind: str, prompts: list[str], max_tokens: int,
     def next_logged(self: Any, committed: list[int], remaining: int) -> Any:
         if self.drafter is not None:
             self.drafter.keep_dist = True
-            if hasattr(self.drafter, "choose_width"):
-                # a block drafter cuts its block where this computer's verify costs say; on
-                # flat hardware the whole block is worth sending
-                self.drafter.adaptive = False
         pick = real_next(self, committed, remaining)
         if pick is not None and not pick.copied and pick.proposal.dist is not None:
             logged.append(Logged(len(committed), pick.proposal,
@@ -86,7 +82,10 @@ def replay(session: Any, kind: str, prompts: list[str], max_tokens: int,
             logged.clear()
             req = GenerationRequest(messages=tuple(chat_messages(prompt)), draft_kind=kind,
                                     max_tokens=max_tokens, lookup_assist=False,
-                                    allow_fallback=False, memory_interval_s=1e9)
+                                    allow_fallback=False, memory_interval_s=1e9,
+                                    # no cut by this computer's costs (a block drafter's
+                                    # confidence stop): on flat hardware whole rounds pay
+                                    adaptive=False)
             done = [e for e in session.generate(req) if isinstance(e, DoneEvent)][-1]
             committed = list(session.encode(req)) + list(done.token_ids)
             for rec in logged:

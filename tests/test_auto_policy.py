@@ -152,6 +152,24 @@ def test_overhead_is_measured_per_source():
     assert p.round_cost("dflash", 3, 100) > p.round_cost("mtp", 3, 100)
 
 
+def test_a_source_not_yet_tried_is_priced_with_what_other_rounds_took():
+    """Rounds of any source that cost more than the table's pass (the verdict, the host's
+    work) price the sources the reply has not tried yet too; one round that met a pause
+    moves that shared figure not at all."""
+    p = policy(cpu_like, {"mtp": 0.6, "dflash": 0.6})
+    bare = p.round_cost("mtp", 1, 100)
+    p.observe_time(None, 0, 100.0, 100)  # a plain step: 100 ms
+    p.observe_time("dflash", 1, 100.0 * (p.round_cost("dflash", 1, 100) + 3.0), 100)  # a pause
+    assert p.excess == 0.0 and p.round_cost("mtp", 1, 100) == bare
+    for _ in range(4):  # every round a fifth of a step dearer than its model
+        model = p.round_cost("dflash", 1, 100) - p.overhead_of("dflash")
+        p.observe_time("dflash", 1, 100.0 * (model + 0.2), 100)
+    assert abs(p.excess - 0.2) < 1e-6
+    assert abs(p.round_cost("mtp", 1, 100) - (bare + 0.2)) < 1e-6
+    p.observe_time("mtp", 1, 100.0 * bare, 100)  # its own round, as the table says
+    assert p.overhead["mtp"] < 0.2  # its own rounds take over from the shared figure
+
+
 def test_a_copy_that_was_not_chosen_still_teaches():
     p = policy(cpu_like, {"mtp": 0.6})
     p.evidence["prompt-lookup"] = Evidence()

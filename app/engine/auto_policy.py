@@ -19,7 +19,8 @@ the prior's guess while plain steps run. A source that has seen few rounds is va
 little above its rates (``EXPLORE``) so each gets tried, and tried at the width its rates
 (not the optimism) say pays: a guess costs a narrow round. What a source's rounds really take
 beyond the model (sampling, the verdict, its bookkeeping) is measured per source and added to
-its cost.
+its cost; a source the reply has not tried yet is priced with what the other sources' rounds
+took beyond the model (``excess``), not as if its rounds cost the table's pass alone.
 
 A drafter that feeds the tokens it sat out at its next proposal (the draft model, the MTP
 head, DFlash: ``Drafter.catches_up``) pays that longer pass when it is chosen again; the
@@ -69,6 +70,10 @@ LONG_DECAY = 0.98  # weight of older rounds in a source's long-run rate (plain s
 SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
 OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
+# what any round takes beyond the model (the verdict, sampling, the host's work), shared by
+# every source until it has rounds of its own: the median of the last few rounds of any source
+EXCESS_ROUNDS = 5
+EXCESS_RANGE = (0.0, 0.5)
 # after a rejected proposal: how often the target's token is the drafter's 1st/2nd/3rd
 # runner-up there, before any is observed
 RUNNER_PRIOR = (0.15, 0.07, 0.04)
@@ -263,6 +268,7 @@ class AutoPolicy:
         self.step_ms: float | None = None  # the reply's own plain steps, as they run
         self.step_ms_at = step_ms_at
         self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
+        self.excesses: list[float] = []  # the last rounds' cost beyond the model, any source
         self.trees = frozenset(trees)
         self.tree_host = tree_host
         self.second_pass = second_pass
@@ -281,7 +287,22 @@ class AutoPolicy:
             return 1.0
         tree = self.tree_extra(source, k, context) if nodes > k else 0.0
         return max(1.0, self.verify_cost(max(k, nodes) + 1, context) + self.drafting(source, k)
-                   + self.overhead.get(source, 0.0) + tree)
+                   + self.overhead_of(source) + tree)
+
+    @property
+    def excess(self) -> float:
+        """What a round of any source has taken beyond the model lately (plain steps)."""
+        # a median, of at least three (nothing measured counts as none): one round that met
+        # a pause moves it not at all
+        ordered = sorted([*self.excesses, *[0.0] * (3 - len(self.excesses))])
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    def overhead_of(self, source: str) -> float:
+        """``source``'s measured cost beyond the model; before it has rounds of its own, what
+        rounds of the other sources took (a source never tried is not priced as free)."""
+        own = self.overhead.get(source)
+        return own if own is not None else self.excess
 
     def tree_extra(self, source: str, k: int, context: int) -> float:
         """What a tree round from a chain of ``k`` costs beyond the pass over its nodes, in
@@ -369,7 +390,7 @@ class AutoPolicy:
         """The value of each tree shape (chain length, nodes) at these rates."""
         runner = self.evidence[source].runner_rates()
         verify = [self.verify_cost(n, context) for n in range(MAX_TREE_NODES + 2)]
-        base = self.overhead.get(source, 0.0)
+        base = self.overhead_of(source)
         out: dict[tuple[int, int], float] = {}
         for k in range(1, k_max + 1):
             reach = [1.0]
@@ -496,7 +517,12 @@ class AutoPolicy:
                 (1 - TIME_WEIGHT) * old + TIME_WEIGHT * extra)
             return
         saved = self.overhead.pop(source, None)
+        shared = self.excess
+        self.overhead[source] = 0.0
         modelled = self.round_cost(source, k, context) + self.paying
         excess = min(max(ms / step - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
-        # from nothing: one round that met a pause does not shut a source out of the reply
-        self.overhead[source] = (1 - TIME_WEIGHT) * (saved or 0.0) + TIME_WEIGHT * excess
+        self.excesses = [*self.excesses, min(excess, EXCESS_RANGE[1])][-EXCESS_ROUNDS:]
+        # from what rounds of any source took, moved a little: one round that met a pause
+        # does not shut a source out of the reply
+        start = saved if saved is not None else shared
+        self.overhead[source] = (1 - TIME_WEIGHT) * start + TIME_WEIGHT * excess

@@ -193,7 +193,7 @@ class AutoSource(ProposalSource):
         return budget.grow(chain, self.auto.evidence[m.name].rates(chain.k),
                            context=self.context,
                            draft_cost=(self.auto.drafting(m.name, chain.k)
-                                       + self.auto.overhead.get(m.name, 0.0)),
+                                       + self.auto.overhead_of(m.name)),
                            marginals=m.drafter.marginals)
 
     def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:

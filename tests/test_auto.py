@@ -95,14 +95,14 @@ def test_what_auto_learnt_carries_to_the_next_request_of_the_chat(pair):
 def test_every_request_adds_to_the_pairs_record_and_a_new_draft_clears_it(pair):
     s = flat_session(pair)
     done, _ = _generate(s, prompt="The cat sat on", max_tokens=16, draft_kind=AUTO)
-    record = s.auto_memory.history.evidence
+    record = s.auto_memory.history(SamplingParams()).evidence
     ran = {k for k, v in done.timings.sources.items() if v["rounds"] and k != "plain"}
     assert ran and ran <= set(record)  # a request outside any chat is remembered too
     before = record["full-model"].rounds
     _generate(s, prompt="Once upon a time", max_tokens=16, draft_kind=AUTO, conversation="x")
     assert record["full-model"].rounds != before
     s.load_draft(pair["weak"])  # another draft: what the old one did says nothing of it
-    assert "full-model" not in s.auto_memory.history.evidence
+    assert "full-model" not in s.auto_memory.history(SamplingParams()).evidence
 
 
 def test_greedy_auto_is_identical_to_plain(pair):

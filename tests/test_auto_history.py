@@ -6,6 +6,7 @@ import pytest
 
 from app.engine.auto_memory import HISTORY_WEIGHT, History, Memory
 from app.engine.auto_policy import PRIOR_RATE, AutoPolicy
+from app.engine.events import SamplingParams
 from tests.test_auto_policy import cpu_like
 
 
@@ -70,12 +71,30 @@ def test_one_slow_round_does_not_shut_a_source_out_nor_follow_it_to_the_next_req
 
 def test_a_chat_keeps_its_own_evidence_over_the_history():
     mem = Memory()
+    record = mem.history(SamplingParams())
     chat = mem.for_chat("a")
-    AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence=chat, history=mem.history)
-    _run(AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence={}, history=mem.history),
+    AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence=chat, history=record)
+    _run(AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence={}, history=record),
          "mtp", 30, 2, 0)  # other requests found the head poor
     chat["mtp"].observe(2, 2)
     again = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, evidence=mem.for_chat("a"),
-                       history=mem.history)
+                       history=record)
     assert again.evidence["mtp"] is chat["mtp"]  # the chat's own, not the record's
     assert again.evidence["mtp"].rates(1)[0] > 0.6
+
+
+def test_greedy_and_sampled_requests_keep_their_own_records():
+    """What drafters did at temperature 0 is not where a request sampling at 0.7 starts:
+    proposals are accepted far less often when the target samples."""
+    mem = Memory()
+    greedy = mem.history(SamplingParams(temperature=0.0))
+    _run(AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=greedy), "mtp", 30, 4, 4)
+    assert mem.history(SamplingParams()) is greedy
+    again = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=mem.history(SamplingParams()))
+    assert again.evidence["mtp"].rates(1)[0] > 0.8  # a greedy request starts from it
+    hot = mem.history(SamplingParams(temperature=0.7))
+    assert hot is not greedy and mem.history(SamplingParams(temperature=0.7)) is hot
+    sampled = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=hot)
+    assert sampled.evidence["mtp"].rates(1)[0] == pytest.approx(PRIOR_RATE)
+    mem.forget("mtp")  # another drafter loaded: forgotten under every way of sampling
+    assert "mtp" not in greedy.evidence

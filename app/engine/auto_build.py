@@ -171,7 +171,7 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
                       evidence=session.auto_memory.for_chat(req.conversation),
                       catch_up=catch_up, trees=trees, tree_host=0.0 if flat else tree_build.ONE_PASS_OVERHEAD,
                       second_pass=again, learn_time=not flat,
-                      history=None if flat else session.auto_memory.history,
+                      history=None if flat else session.auto_memory.history(req.sampling),
                       step_ms_at=cal.step_ms if cal is not None and not flat else None)
 
 

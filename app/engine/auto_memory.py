@@ -11,6 +11,9 @@ that starts a chat, or belongs to none, starts from that history instead of the 
 each source's rates begin at what it did on this pair, weighed as ``HISTORY_WEIGHT`` rounds
 (enough to spare a request some of the rounds it would spend learning again that a drafter
 seldom agrees with this target, little enough that a few rounds of its own overrule it).
+The history is kept per way of sampling (greedy, or each temperature): a copy that is
+right eight times in ten at temperature 0 is right far less often when the target samples at
+0.7, and a record that mixed them would send a sampled request into rounds that do not pay.
 Measured costs are not carried: a source's overhead is learnt from its own rounds, and one
 carried from a request where a round met a pause would keep it from being chosen, so never
 measured again. The history lives while the pair is loaded (``Session`` makes a new
@@ -23,6 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from app.engine.auto_policy import PRIOR_RATE, RUNNER_PRIOR, Evidence
+from app.engine.events import SamplingParams
 
 MEMORY_CHATS = 64  # chats whose evidence is kept
 HISTORY_DECAY = 0.995  # weight of older rounds in the pair's history
@@ -75,7 +79,21 @@ class Memory:
     def __init__(self, size: int = MEMORY_CHATS):
         self.size = size
         self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
-        self.history = History()
+        self._histories: dict[str, History] = {}
+
+    @staticmethod
+    def regime(sampling: SamplingParams) -> str:
+        """How a request samples, as the pair's record tells them apart."""
+        return "greedy" if sampling.greedy else f"temperature {sampling.temperature:.1f}"
+
+    def history(self, sampling: SamplingParams) -> History:
+        """The pair's record for requests that sample as ``sampling`` does."""
+        return self._histories.setdefault(self.regime(sampling), History())
+
+    def forget(self, source: str) -> None:
+        """Drop ``source``'s record under every way of sampling (another drafter was loaded)."""
+        for h in self._histories.values():
+            h.forget(source)
 
     def for_chat(self, conversation: str | None) -> dict[str, Evidence]:
         """The chat's evidence (a fresh dict for a request outside any chat)."""

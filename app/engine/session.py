@@ -120,7 +120,7 @@ class Session:
         self.draft_kind = plugin.name
         self._tap_union = None
         self.prompt_cache.clear()
-        self.auto_memory.history.forget(plugin.name)  # what the old drafter did says nothing
+        self.auto_memory.forget(plugin.name)  # what the old drafter did says nothing
         return held
 
     def load_for(self, kind: str, name_or_path: str | Path) -> Any:

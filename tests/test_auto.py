@@ -257,3 +257,4 @@ def test_every_drafter_follows_the_reply_whoever_proposes(monkeypatch):
             assert a_np.shape == b_np.shape
             scale = float(np.abs(b_np).max())
             assert float(np.abs(a_np - b_np).max()) <= 0.05 * scale, drafter.kind
+

@@ -78,10 +78,13 @@ def test_drafting_cost_counts():
     assert c is not None and c.source == "mtp"
 
 
-def test_copy_is_valued_at_its_length_and_absent_sources_are_skipped():
+def test_copy_is_valued_up_to_its_length_and_absent_sources_are_skipped():
+    c = policy(flat, {"prompt-lookup": 0.95, "mtp": 0.6}).choose(
+        room=64, context=100, fixed={"prompt-lookup": 12})
+    assert c is not None and (c.source, c.width) == ("prompt-lookup", 12)  # never past it
     p = policy(cpu_like, {"prompt-lookup": 0.95, "mtp": 0.6})
     c = p.choose(room=64, context=100, fixed={"prompt-lookup": 12})
-    assert c is not None and (c.source, c.width) == ("prompt-lookup", 12)
+    assert c is not None and c.source == "prompt-lookup" and 4 <= c.width < 12
     c = p.choose(room=64, context=100, absent=frozenset({"prompt-lookup"}))
     assert c is not None and c.source == "mtp"
 
@@ -239,3 +242,21 @@ def test_catch_up_cost_follows_the_pass_shape():
     assert 0 < cost(4, 100) < cost(16, 100) < cost(64, 100)
     # past the widest pass measured a pass grows with its tokens, never flat
     assert cost(64, 100) > 3 * cost(16, 100)
+
+
+
+def test_a_copy_is_cut_where_its_evidence_says_the_rest_would_not_pay():
+    """A copy is known before the choice; it is sent whole where its tokens are often right
+    and cut short where they seldom are (each token verified costs on this table)."""
+    on_gpu = policy(flat, {"prompt-lookup": 0.9}).choose(room=64, context=100,
+                                                        fixed={"prompt-lookup": 16})
+    good = policy(cpu_like, {"prompt-lookup": 0.9}).choose(room=64, context=100,
+                                                          fixed={"prompt-lookup": 16})
+    poor = policy(cpu_like, {"prompt-lookup": 0.45}).choose(room=64, context=100,
+                                                           fixed={"prompt-lookup": 16})
+    assert on_gpu is not None and on_gpu.width >= 15  # verifying is nearly free: (near) whole
+    assert good is not None and 4 <= good.width < 16
+    assert poor is not None and poor.width <= 2
+    short = policy(cpu_like, {"prompt-lookup": 0.9}).choose(room=3, context=100,
+                                                           fixed={"prompt-lookup": 16})
+    assert short is not None and short.width <= 3  # the reply's room

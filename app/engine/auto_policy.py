@@ -411,17 +411,15 @@ class AutoPolicy:
                absent: frozenset[str] = frozenset()) -> Choice | None:
         """The round to run with at most ``room`` proposals (None: a plain step).
 
-        ``fixed``: sources whose proposal is already known (a copy of ``k`` tokens) and is
-        valued at exactly that width; ``absent``: sources with nothing to offer this step."""
+        ``fixed``: sources whose proposal is already known (a copy of ``k`` tokens), valued
+        at the width up to ``k`` that its evidence says pays best (the copy is cut there); ``absent``: sources with nothing to offer this step."""
         fixed = fixed or {}
         best: Choice | None = None
         for name in self.widths:
             if name in absent:
                 continue
-            if name in fixed:
-                k = min(fixed[name], room)
-                v = (self.value(name, k, context, self.hopeful_rates(name, k), room) if k > 0
-                     else 1.0)
+            if name in fixed:  # a copy: sent whole or cut where its evidence says it pays
+                k, v = self.best(name, min(fixed[name], room), context)
             else:
                 k, v = self.best(name, room, context)
                 tk, nodes, tv = self.best_tree(name, room, context)

@@ -168,6 +168,11 @@ class AutoSource(ProposalSource):
             return None
         m = self.members[choice.source]
         proposal = found.get(m.name)
+        if proposal is not None and choice.width < proposal.k and proposal.is_chain \
+                and proposal.q is None and proposal.dist is None:
+            # a copy cut where its evidence says the rest would not pay
+            proposal = Proposal(tokens=proposal.tokens[: choice.width],
+                                draft_ms=proposal.draft_ms)
         if proposal is None:
             k = choice.width
             if m.drafter.stops_early and not choice.probe:

@@ -43,8 +43,10 @@ class History:
         return self.evidence.setdefault(source, Evidence())
 
     def forget(self, source: str) -> None:
-        """Drop ``source``'s record (another drafter of that kind was loaded)."""
-        self.evidence.pop(source, None)
+        """Drop ``source``'s record (another drafter of that kind was loaded), its copies'
+        length classes included."""
+        for key in [k for k in self.evidence if k == source or k.startswith(source + "#")]:
+            del self.evidence[key]
 
     def observe(self, source: str, proposed: int, accepted: int) -> None:
         self.record(source).observe(proposed, accepted, decay=HISTORY_DECAY)

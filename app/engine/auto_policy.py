@@ -74,6 +74,9 @@ OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plai
 # every source until it has rounds of its own: the median of the last few rounds of any source
 EXCESS_ROUNDS = 5
 EXCESS_RANGE = (0.0, 0.5)
+# a copy's length says how far its match ran, and how often it is right: copies are also
+# judged per length class (up to 2 tokens, 3 to 5, 6 to 10, more), each with its own evidence
+COPY_CLASSES = (2, 5, 10)
 # after a rejected proposal: how often the target's token is the drafter's 1st/2nd/3rd
 # runner-up there, before any is observed
 RUNNER_PRIOR = (0.15, 0.07, 0.04)
@@ -155,6 +158,12 @@ class Evidence:
         self.hits = [h * decay for h in self.hits]
         self.misses *= decay
         self.runner = [h * decay for h in self.runner]
+
+
+def copy_key(source: str, found: int) -> str:
+    """The evidence key of a copy of ``found`` tokens from ``source`` (its length class)."""
+    cls = next((i for i, top in enumerate(COPY_CLASSES) if found <= top), len(COPY_CLASSES))
+    return f"{source}#{cls}"
 
 
 def expected_tokens(rates: list[float], k: int) -> float:
@@ -350,8 +359,10 @@ class AutoPolicy:
         ev = self.evidence[source]
         return ev.rates(n, bonus=EXPLORE / math.sqrt(1.0 + ev.seen))
 
-    def best(self, source: str, k_max: int, context: int) -> tuple[int, float]:
-        """The width (at most ``k_max``) ``source`` would draft at, and its hopeful value.
+    def best(self, source: str, k_max: int, context: int,
+             key: str | None = None) -> tuple[int, float]:
+        """The width (at most ``k_max``) ``source`` would draft at, and its hopeful value
+        (``key``: the evidence to read, a copy's length class; default the source's own).
 
         Optimism decides whether a source is tried, not how wide: the width is the one its
         evidence says pays best, so trying a source whose rates are a guess costs a narrow
@@ -360,8 +371,9 @@ class AutoPolicy:
         k_max = min(k_max, self.widths.get(source, 0))
         if k_max <= 0:
             return 0, 1.0
-        hopeful = self.hopeful_rates(source, k_max)
-        rates = self.evidence[source].rates(k_max)
+        key = key or source
+        hopeful = self.hopeful_rates(key, k_max)
+        rates = self.evidence[key].rates(k_max)
         widths = range(1, k_max + 1)
         k = max(widths, key=lambda w: self.value(source, w, context, rates, room))
         return k, max(self.value(source, w, context, hopeful, room) for w in widths)
@@ -419,7 +431,8 @@ class AutoPolicy:
             if name in absent:
                 continue
             if name in fixed:  # a copy: sent whole or cut where its evidence says it pays
-                k, v = self.best(name, min(fixed[name], room), context)
+                k, v = self.best(name, min(fixed[name], room), context,
+                                 key=self._copy_evidence(name, fixed[name]))
             else:
                 k, v = self.best(name, room, context)
                 tk, nodes, tv = self.best_tree(name, room, context)
@@ -463,24 +476,41 @@ class AutoPolicy:
             self.missed[name] = 0 if name == proposer else self.missed[name] + tokens
 
     # -- evidence -----------------------------------------------------------------------
-    def observe(self, source: str, proposed: int, accepted: int) -> None:
+    def observe(self, source: str, proposed: int, accepted: int,
+                found: int | None = None) -> None:
+        """A verified round of ``proposed`` of ``source``'s proposals (``found``: a copy's
+        length before it was cut: its length class's evidence learns too)."""
         if self.probing:  # a probe that did not make drafting pay again: wait longer
             self.probe_interval = min(self.probe_interval * 2, self.probe_max)
-        ev = self.evidence.get(source)
-        if ev is not None:
-            ev.observe(proposed, accepted)
-            if self.history is not None:
-                self.history.observe(source, proposed, accepted)
+        self._learn(source, proposed, accepted, found)
 
-    def observe_unused(self, source: str, proposed: int, accepted: int) -> None:
+    def observe_unused(self, source: str, proposed: int, accepted: int,
+                       found: int | None = None) -> None:
         """A proposal that was found but not verified (a copy another source beat), scored
         against the tokens the step committed: as many of its tokens as the step committed
         are compared, so a copy that agreed with all of them is not counted as missing."""
-        ev = self.evidence.get(source)
-        if ev is not None:
-            ev.observe(proposed, accepted)
-            if self.history is not None:
-                self.history.observe(source, proposed, accepted)
+        self._learn(source, proposed, accepted, found)
+
+    def _learn(self, source: str, proposed: int, accepted: int, found: int | None) -> None:
+        keys = [source] if found is None else [source, self._copy_evidence(source, found)]
+        for key in keys:
+            ev = self.evidence.get(key)
+            if ev is not None:
+                ev.observe(proposed, accepted)
+                if self.history is not None:
+                    self.history.observe(key, proposed, accepted)
+
+    def _copy_evidence(self, source: str, found: int) -> str:
+        """The evidence key of ``source``'s copies of ``found`` tokens, made on first use: its
+        prior is what the source's copies of any length do now, moved by the pair's record of
+        that class where it has one."""
+        key = copy_key(source, found)
+        if key not in self.evidence:
+            own = self.evidence.get(source)
+            prior = own.rates(1)[0] if own is not None else PRIOR_RATE
+            self.evidence[key] = (self.history.start(key, prior) if self.history is not None
+                                  else Evidence(prior=prior))
+        return key
 
     def observe_miss(self, source: str, rank: int | None) -> None:
         """A rejected proposal of ``source``: the target's token was its drafter's runner-up

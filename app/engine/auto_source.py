@@ -127,6 +127,7 @@ class AutoSource(ProposalSource):
         self.context = 0
         # copies found this step but not chosen: scored against what the step commits
         self.unused: dict[str, list[int]] = {}
+        self.found: dict[str, int] = {}  # this step's copies: each one's length before a cut
         self.budgets = {m.name: NodeBudget(policy.verify_cost, max_nodes=MAX_TREE_NODES)
                         for m in members if m.trees}
         for name in self.budgets:
@@ -164,6 +165,7 @@ class AutoSource(ProposalSource):
                                   absent=frozenset(absent))
         self.unused = {n: [int(t) for t in p.tokens.tolist()]  # type: ignore[union-attr, arg-type]
                        for n, p in found.items() if choice is None or n != choice.source}
+        self.found = {n: p.k for n, p in found.items()}
         if choice is None:
             return None
         m = self.members[choice.source]
@@ -203,7 +205,7 @@ class AutoSource(ProposalSource):
 
     def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:
         chain, on_chain = pick.proposal.drafted(path, accepted)  # a tree: its drafter's chain
-        self.auto.observe(pick.source, chain.k, on_chain)
+        self.auto.observe(pick.source, chain.k, on_chain, found=self.found.get(pick.source))
 
     def observe(self, committed: list[int], pick: Pick | None, accepted: int,
                 new_tokens: list[int], hidden: Hidden | None,
@@ -221,7 +223,7 @@ class AutoSource(ProposalSource):
             n = min(len(tokens), len(new_tokens))
             hit = next((i for i in range(n) if tokens[i] != new_tokens[i]), n)
             if n > 0:
-                self.auto.observe_unused(name, n, hit)
+                self.auto.observe_unused(name, n, hit, found=len(tokens))
         self.unused = {}
 
     def _runner_up(self, source: str, chain: Proposal, depth: int,

@@ -86,7 +86,8 @@ def _env(tmp_path: Path) -> dict:
             "PYTHONUNBUFFERED": "1"}
 
 
-def _interrupt_when(proc: subprocess.Popen, marker: str, lines: list[str]) -> None:
+def _interrupt_when(proc: subprocess.Popen, marker: str, lines: list[str],
+                    timeout_s: float = 300) -> None:
     """Reads stderr until ``marker`` shows, then sends SIGINT (Ctrl+C); keeps reading."""
 
     def read() -> None:
@@ -99,7 +100,11 @@ def _interrupt_when(proc: subprocess.Popen, marker: str, lines: list[str]) -> No
 
     t = threading.Thread(target=read, daemon=True)
     t.start()
-    proc.wait(timeout=300)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # not left running after the test
+        raise
     t.join(10)
 
 
@@ -133,6 +138,19 @@ def test_ctrl_c_stops_a_soak_with_130(tiny_models, tmp_path):
     _interrupt_when(proc, "[50/", lines)
     assert proc.returncode == EXIT_INTERRUPTED, "".join(lines)
     assert "interrupted" in proc.stdout.read()  # type: ignore[union-attr]
+
+
+def test_ctrl_c_stops_a_command_started_with_it_ignored(tiny_models, tmp_path):
+    """A background job of a script starts with SIGINT ignored, and so would the processes
+    DraftPair starts and stops with it: the command still hears Ctrl+C."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "soak", "--model", str(tiny_models.target),
+         "--draft-model", str(tiny_models.draft), "-n", "100000", "--max-tokens", "4", "-v"],
+        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    lines: list[str] = []
+    _interrupt_when(proc, "[50/", lines, timeout_s=60)
+    assert proc.returncode == EXIT_INTERRUPTED, "".join(lines)
 
 
 def test_ctrl_c_stops_a_bench_with_what_it_measured(slow_model, tmp_path):

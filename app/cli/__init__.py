@@ -103,6 +103,9 @@ def _wants_help(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from app.cli.interrupt import listen_for_ctrl_c
+
+    listen_for_ctrl_c()
     command = argv[0] if argv and not argv[0].startswith("-") else "gui"
     needs_mlx = COMMANDS.get(command, ("", True))[1] or (command == "models" and "convert" in argv)
     if not _wants_help(argv) and needs_mlx:

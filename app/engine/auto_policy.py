@@ -54,6 +54,7 @@ from what each source did on this pair before (``auto_memory``: the chat's evide
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -278,6 +279,10 @@ class AutoPolicy:
         self.step_ms_at = step_ms_at
         self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
         self.excesses: list[float] = []  # the last rounds' cost beyond the model, any source
+        # what a round of any source has taken beyond the model lately (plain steps): their
+        # median, of at least three (nothing measured counts as none), so one round that met
+        # a pause moves it not at all
+        self.excess = 0.0
         self.trees = frozenset(trees)
         self.tree_host = tree_host
         self.second_pass = second_pass
@@ -297,15 +302,6 @@ class AutoPolicy:
         tree = self.tree_extra(source, k, context) if nodes > k else 0.0
         return max(1.0, self.verify_cost(max(k, nodes) + 1, context) + self.drafting(source, k)
                    + self.overhead_of(source) + tree)
-
-    @property
-    def excess(self) -> float:
-        """What a round of any source has taken beyond the model lately (plain steps)."""
-        # a median, of at least three (nothing measured counts as none): one round that met
-        # a pause moves it not at all
-        ordered = sorted([*self.excesses, *[0.0] * (3 - len(self.excesses))])
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
     def overhead_of(self, source: str) -> float:
         """``source``'s measured cost beyond the model; before it has rounds of its own, what
@@ -424,7 +420,8 @@ class AutoPolicy:
         """The round to run with at most ``room`` proposals (None: a plain step).
 
         ``fixed``: sources whose proposal is already known (a copy of ``k`` tokens), valued
-        at the width up to ``k`` that its evidence says pays best (the copy is cut there); ``absent``: sources with nothing to offer this step."""
+        at the width up to ``k`` that its evidence says pays best (the copy is cut there);
+        ``absent``: sources with nothing to offer this step."""
         fixed = fixed or {}
         best: Choice | None = None
         for name in self.widths:
@@ -550,6 +547,7 @@ class AutoPolicy:
         modelled = self.round_cost(source, k, context) + self.paying
         excess = min(max(ms / step - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
         self.excesses = [*self.excesses, min(excess, EXCESS_RANGE[1])][-EXCESS_ROUNDS:]
+        self.excess = statistics.median([*self.excesses, *[0.0] * (3 - len(self.excesses))])
         # from what rounds of any source took, moved a little: one round that met a pause
         # does not shut a source out of the reply
         start = saved if saved is not None else shared

@@ -11,7 +11,7 @@ import pytest
 
 from app import kinds
 from app.engine import taps as taps_mod
-from app.engine.auto_policy import Evidence
+from app.engine.auto_evidence import Evidence
 from app.engine.calibration import CalibrationStore, new_table
 from app.engine.events import DoneEvent, GenerationRequest, NoticeEvent, SamplingParams
 from app.engine.lease import union

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.engine.auto_evidence import PRIOR_RATE
 from app.engine.auto_memory import HISTORY_WEIGHT, History, Memory
-from app.engine.auto_policy import PRIOR_RATE, AutoPolicy
+from app.engine.auto_policy import AutoPolicy
 from app.engine.events import SamplingParams
 from tests.test_auto_policy import cpu_like
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
+from app.engine.auto_costs import catch_up_cost
+from app.engine.auto_evidence import Evidence, copy_key, expected_tokens
 from app.engine.auto_memory import Memory
-from app.engine.auto_policy import (
-    AutoPolicy,
-    Evidence,
-    catch_up_cost,
-    copy_key,
-    expected_tokens,
-)
+from app.engine.auto_policy import AutoPolicy
 
 
 def flat(n: int, context: int) -> float:

@@ -9,7 +9,8 @@ import mlx.core as mx
 import numpy as np
 
 from app import kinds
-from app.engine.auto_policy import RUNNER_PRIOR, AutoPolicy, Evidence
+from app.engine.auto_evidence import RUNNER_PRIOR, Evidence
+from app.engine.auto_policy import AutoPolicy
 from app.engine.calibration import new_table
 from app.engine.events import SamplingParams
 from app.engine.proposal import Proposal

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 
 from app import kinds
 from app.engine import session_warmup, tree_build
-from app.engine.auto_policy import (
-    AutoPolicy,
+from app.engine.auto_costs import (
     CatchUp,
     VerifyCost,
     catch_up_cost,
     linear_verify_cost,
     remembered,
 )
+from app.engine.auto_policy import AutoPolicy
 from app.engine.auto_source import AutoSource, Member
 from app.engine.events import GenerationRequest, NoticeEvent, StatusEvent
 from app.engine.models import LoadedModel, make_cache

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from app.engine.auto_policy import PRIOR_RATE, RUNNER_PRIOR, Evidence
+from app.engine.auto_evidence import PRIOR_RATE, RUNNER_PRIOR, Evidence
 from app.engine.events import SamplingParams
 
 MEMORY_CHATS = 64  # chats whose evidence is kept

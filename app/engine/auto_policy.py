@@ -56,18 +56,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from app.engine.auto_costs import CatchUp, VerifyCost
+from app.engine.auto_evidence import PRIOR_RATE, Evidence, copy_key, expected_tokens
 
 if TYPE_CHECKING:
     from app.engine.auto_memory import History
 
-PRIOR_RATE = 0.6  # a source's first proposal's acceptance before any is observed
-PRIOR_WEIGHT = 2.0  # in observed rounds (one missed round does not condemn a source)
 EXPLORE = 0.15  # optimism for a source with little evidence: rate + EXPLORE / sqrt(1 + rounds)
-DECAY = 0.9  # weight of older rounds of the same source
-PLAIN_DECAY = 0.97  # every plain step ages every source's recent evidence
-LONG_DECAY = 0.98  # weight of older rounds in a source's long-run rate (plain steps keep it)
 SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
 OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
@@ -75,155 +73,8 @@ OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plai
 # every source until it has rounds of its own: the median of the last few rounds of any source
 EXCESS_ROUNDS = 5
 EXCESS_RANGE = (0.0, 0.5)
-# a copy's length says how far its match ran, and how often it is right: copies are also
-# judged per length class (up to 2 tokens, 3 to 5, 6 to 10, more), each with its own evidence
-COPY_CLASSES = (2, 5, 10)
-# after a rejected proposal: how often the target's token is the drafter's 1st/2nd/3rd
-# runner-up there, before any is observed
-RUNNER_PRIOR = (0.15, 0.07, 0.04)
 MAX_TREE_NODES = 16  # a tree round verifies at most this many nodes (the table's widest)
 TREE_OVERHEAD_RANGE = (0.0, 3.0)  # a tree round's measured cost beyond a chain's, in steps
-
-
-@dataclass
-class Evidence:
-    """One source's decayed per-depth counts: rounds that reached depth ``j``, and hits; and
-    its long-run first-proposal counts (``seen``, ``seen_hits``), which plain steps do not age:
-    recent evidence that ages drifts back toward what the source did over the whole reply,
-    not toward the prior's guess (the prior weighs only until it has done anything)."""
-
-    prior: float = PRIOR_RATE
-    reached: list[float] = field(default_factory=list)
-    hits: list[float] = field(default_factory=list)
-    seen: float = 0.0
-    seen_hits: float = 0.0
-    misses: float = 0.0  # decayed rejections whose runner-ups were looked at
-    runner: list[float] = field(default_factory=list)  # of those: the target's token's rank
-
-    @property
-    def rounds(self) -> float:
-        """Decayed count of this source's recent rounds (how much recent evidence there is)."""
-        return self.reached[0] if self.reached else 0.0
-
-    @property
-    def anchor(self) -> float:
-        """The first proposal's prior: the prior moved by the long-run rounds that the recent
-        counts no longer hold (those aged or decayed out of them), so a round is not counted
-        twice and what ages out of the recent evidence is still remembered."""
-        seen = max(0.0, self.seen - self.rounds)
-        hits = min(max(0.0, self.seen_hits - (self.hits[0] if self.hits else 0.0)), seen)
-        return (hits + PRIOR_WEIGHT * self.prior) / (seen + PRIOR_WEIGHT)
-
-    def rates(self, n: int, bonus: float = 0.0) -> list[float]:
-        """Acceptance of the first ``n`` proposals, each given the ones before it; the first
-        depth's prior is the long-run rate, a later depth's the rate of the depth before it
-        (a later proposal is never assumed better). ``bonus``: added to each rate (optimism
-        while evidence is thin)."""
-        if bonus:
-            return [min(r + bonus, 0.999) for r in self.rates(n)]
-        out, prior = [], self.anchor
-        for j in range(n):
-            reached = self.reached[j] if j < len(self.reached) else 0.0
-            hits = self.hits[j] if j < len(self.hits) else 0.0
-            prior = (hits + PRIOR_WEIGHT * prior) / (reached + PRIOR_WEIGHT)
-            out.append(min(prior, 0.999))
-        return out
-
-    def observe(self, proposed: int, accepted: int, decay: float = DECAY) -> None:
-        depth = min(accepted + 1, proposed)
-        while len(self.reached) < proposed:
-            self.reached.append(0.0)
-            self.hits.append(0.0)
-        for j in range(depth):
-            self.reached[j] = decay * self.reached[j] + 1
-            self.hits[j] = decay * self.hits[j] + (1 if j < accepted else 0)
-        if proposed > 0:
-            self.seen = LONG_DECAY * self.seen + 1
-            self.seen_hits = LONG_DECAY * self.seen_hits + (1 if accepted > 0 else 0)
-
-    def runner_rates(self) -> list[float]:
-        """Given a rejected proposal: the chance the target's token was the drafter's
-        runner-up of each rank (first, second, third)."""
-        return [((self.runner[r] if r < len(self.runner) else 0.0) + PRIOR_WEIGHT * prior)
-                / (self.misses + PRIOR_WEIGHT) for r, prior in enumerate(RUNNER_PRIOR)]
-
-    def observe_miss(self, rank: int | None, decay: float = DECAY) -> None:
-        """A rejected proposal: the target's token was runner-up ``rank`` (0: the first) or
-        none of them (None)."""
-        self.runner = [decay * (self.runner[r] if r < len(self.runner) else 0.0)
-                       + (1.0 if r == rank else 0.0) for r in range(len(RUNNER_PRIOR))]
-        self.misses = decay * self.misses + 1
-
-    def age(self, decay: float = PLAIN_DECAY) -> None:
-        self.reached = [r * decay for r in self.reached]
-        self.hits = [h * decay for h in self.hits]
-        self.misses *= decay
-        self.runner = [h * decay for h in self.runner]
-
-
-def copy_key(source: str, found: int) -> str:
-    """The evidence key of a copy of ``found`` tokens from ``source`` (its length class)."""
-    cls = next((i for i, top in enumerate(COPY_CLASSES) if found <= top), len(COPY_CLASSES))
-    return f"{source}#{cls}"
-
-
-def expected_tokens(rates: list[float], k: int) -> float:
-    """Tokens a round of ``k`` proposals commits on average (the target's own one included)."""
-    tokens, reach = 1.0, 1.0
-    for r in rates[:k]:
-        reach *= r
-        tokens += reach
-    return tokens
-
-
-VerifyCost = Callable[[int, int], float]  # (tokens in the pass, context) -> plain steps
-
-
-def linear_verify_cost(slope: float) -> VerifyCost:
-    """A pass over ``n`` tokens costing ``1 + slope * (n - 1)`` steps (no calibration yet)."""
-    return lambda n, context: 1.0 + slope * max(0, n - 1)
-
-
-def remembered(cost: VerifyCost) -> VerifyCost:
-    """``cost`` remembered per pass size at the context last asked about: one step's choice
-    asks the table the same few sizes many times over (every source, width and tree shape)."""
-    seen: dict[int, float] = {}
-    at: list[int | None] = [None]
-
-    def cached(n: int, context: int) -> float:
-        if context != at[0]:
-            seen.clear()
-            at[0] = context
-        v = seen.get(n)
-        if v is None:
-            v = seen[n] = cost(n, context)
-        return v
-
-    return cached
-
-
-CatchUp = Callable[[int, int], float]  # (tokens missed, context) -> plain steps
-
-
-def catch_up_cost(step_cost: float, usual: int, verify_cost: VerifyCost,
-                  widest: int) -> CatchUp:
-    """What a drafter that feeds the tokens it missed at its next proposal pays for ``n`` of
-    them: its usual first pass (over ``usual`` tokens, costing ``step_cost``) made longer by
-    ``n``, priced by this machine's shape of a pass by size (the target's table); past the
-    ``widest`` size measured a pass grows in proportion to its tokens."""
-
-    def shape(m: int, context: int) -> float:
-        if m <= widest:
-            return verify_cost(m, context)
-        return verify_cost(widest, context) * m / widest
-
-    def cost(n: int, context: int) -> float:
-        if n <= 0 or step_cost <= 0:
-            return 0.0
-        base = shape(usual, context)
-        return step_cost * max(0.0, shape(usual + n, context) - base) / base
-
-    return cost
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from app.engine import sampling as sm
-from app.engine.auto_policy import MAX_TREE_NODES, RUNNER_PRIOR, AutoPolicy
+from app.engine.auto_evidence import RUNNER_PRIOR
+from app.engine.auto_policy import MAX_TREE_NODES, AutoPolicy
 from app.engine.drafters.base import Drafter
 from app.engine.events import RULE_REJECTION, RULE_SAMPLE_MATCH, SamplingParams
 from app.engine.lease import union

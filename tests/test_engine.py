@@ -86,6 +86,30 @@ def test_full_model_greedy_identity(session, pair_dirs, draft, width):
     session.load_draft(pair_dirs["weak"])
 
 
+def test_reduced_draft_head_is_gathered_once_per_loaded_draft(session, pair_dirs, tmp_path):
+    """A draft that ships a reduced output layer (draft_head.json) has its rows gathered when
+    the first request makes its drafter, not again at every request; replies stay identical."""
+    import json
+    import shutil
+
+    folder = tmp_path / "head_draft"
+    shutil.copytree(pair_dirs["good"], folder)
+    vocab = session.target.vocab_size
+    (folder / "draft_head.json").write_text(json.dumps({"format": 1,
+                                                         "token_ids": list(range(vocab // 2))}))
+    session.load_draft(folder)
+    try:
+        first = FullModelDrafter(session.draft, target_vocab=vocab)
+        again = FullModelDrafter(session.draft, target_vocab=vocab)
+        assert first.head.reduced and first.head.size == vocab // 2
+        assert again.head.weight is first.head.weight and again.head.ids is first.head.ids
+        plain, _ = run(session, prompt=PROMPTS[0], max_tokens=24)
+        spec, _ = run(session, prompt=PROMPTS[0], max_tokens=24, draft_kind="full-model")
+        assert spec.token_ids == plain.token_ids and spec.timings.draft_rounds > 0
+    finally:
+        session.load_draft(pair_dirs["weak"])
+
+
 @pytest.mark.parametrize("adaptive", [True, False])
 def test_prompt_lookup_greedy_identity(session, adaptive):
     accepted = 0

@@ -50,9 +50,15 @@ class DraftHead:
         self.weight: mx.array | None = None
         self.vocab_limit = min(draft.vocab_size, target_vocab)
         self.target_vocab = target_vocab
-        head_file = Path(draft.path) / "draft_head.json"
-        if head_file.exists():
-            self._load_subset(head_file)
+        # the subset's rows are gathered once per loaded draft (a request makes a new head)
+        key = f"draft_head:{target_vocab}"
+        kept = draft.extra.get(key)
+        if kept is None:
+            head_file = Path(draft.path) / "draft_head.json"
+            if head_file.exists():
+                self._load_subset(head_file)
+            kept = draft.extra[key] = (self.ids, self.weight)
+        self.ids, self.weight = kept
 
     def _load_subset(self, head_file: Path) -> None:
         data = json.loads(head_file.read_text())

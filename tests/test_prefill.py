@@ -39,7 +39,8 @@ def session(tiny_target) -> Session:
 
 
 def test_chunk_size_follows_the_rate():
-    assert prefill.next_size(1000.0, target_s=0.25) == 224  # 250 tokens, a multiple of 32
+    assert prefill.next_size(1000.0, target_s=0.25) == 192  # 250 tokens, a multiple of 64
+    assert prefill.next_size(1000.0) == 448  # half a second
     assert prefill.next_size(10.0) == prefill.MIN_CHUNK
     assert prefill.next_size(1e9) == prefill.MAX_CHUNK
 

@@ -46,25 +46,23 @@ class DraftHead:
 
     def __init__(self, draft: LoadedModel, target_vocab: int):
         self.model = draft.model
-        self.ids: mx.array | None = None
-        self.weight: mx.array | None = None
         self.vocab_limit = min(draft.vocab_size, target_vocab)
         self.target_vocab = target_vocab
-        # the subset's rows are gathered once per loaded draft (a request makes a new head)
+        # the subset's rows are gathered once per loaded draft (every request makes a head)
         key = f"draft_head:{target_vocab}"
-        kept = draft.extra.get(key)
-        if kept is None:
+        if key not in draft.extra:
             head_file = Path(draft.path) / "draft_head.json"
-            if head_file.exists():
-                self._load_subset(head_file)
-            kept = draft.extra[key] = (self.ids, self.weight)
-        self.ids, self.weight = kept
+            draft.extra[key] = self._subset(head_file) if head_file.exists() else (None, None)
+        self.ids: mx.array | None
+        self.weight: mx.array | None
+        self.ids, self.weight = draft.extra[key]
 
-    def _load_subset(self, head_file: Path) -> None:
+    def _subset(self, head_file: Path) -> tuple[mx.array | None, mx.array | None]:
+        """The subset's target ids and their output rows (None, None: the full layer)."""
         data = json.loads(head_file.read_text())
         ids = sorted({int(i) for i in data.get("token_ids", []) if 0 <= int(i) < self.vocab_limit})
         if not ids:
-            return
+            return None, None
         inner = getattr(self.model, "model", None)
         lm_head = getattr(self.model, "lm_head", None)
         if lm_head is not None and hasattr(lm_head, "weight"):
@@ -72,14 +70,15 @@ class DraftHead:
         elif inner is not None and hasattr(inner, "embed_tokens"):
             layer = inner.embed_tokens
         else:
-            return  # unusual head: keep the full output layer
-        self.ids = mx.array(ids, dtype=mx.uint32)
+            return None, None  # unusual head: keep the full output layer
+        rows = mx.array(ids, dtype=mx.uint32)
         # in the dtype of the hidden states (a quantized layer's rows come in its scales'
         # dtype), so the per-token matmul never casts the head
         norm = getattr(getattr(inner, "norm", None), "weight", None)
-        w = dequantized_weight(layer, self.ids)
-        self.weight = w.astype(norm.dtype) if norm is not None else w
-        mx.eval(self.weight)
+        w = dequantized_weight(layer, rows)
+        weight = w.astype(norm.dtype) if norm is not None else w
+        mx.eval(weight)
+        return rows, weight
 
     @property
     def reduced(self) -> bool:

@@ -258,6 +258,35 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     assert env["checkpoints"]["draft"]["hash"] != env["checkpoints"]["target"]["hash"]
 
 
+def test_sampled_rows_are_compared_with_plain_seed_by_seed(tmp_path, tiny_pair):
+    """At temperature > 0 with shared draws every kind draws plain's reply of each seed, and
+    the report says so per row; with independent draws it compares nothing."""
+    from app.bench.report import markdown
+    from app.bench.runner import BenchConfig, run_bench
+
+    target, draft = tiny_pair
+    suite = _write_suite(tmp_path / "suite", [_task(
+        messages=[{"role": "user", "content": "The cat sat on the mat. The dog sat on the"}])])
+    kinds = ("prompt-lookup", "full-model")
+    common = dict(model=str(target), draft_model=str(draft), kinds=kinds, runs=2,
+                  temperatures=(0.9,), suite_path=str(suite), peers=False,
+                  contention_threshold=1e9, max_tokens=10)
+    report = run_bench(BenchConfig(**common))
+    ident = {i["condition"]: i for i in report.summary["identity"]}
+    assert set(ident) == set(kinds)
+    for kind in kinds:
+        assert ident[kind]["seeds"] == 2 and ident[kind]["seeds_identical"] == 2, ident[kind]
+    runs = report.measured()
+    assert {r.seed for r in runs} == {0, 1}
+    off = {r.seed: r.tokens for r in runs if r.condition == "off"}
+    assert off[0] != off[1]  # the seeds drew different replies
+    assert all(r.tokens == off[r.seed] for r in runs)
+    assert "| identical (2 seeds) |" in markdown(report)
+
+    independent = run_bench(BenchConfig(**common, shared_draws=False))
+    assert independent.summary["identity"] == []
+
+
 def test_cancel_returns_partial_report(tmp_path, tiny_pair):
     import threading
 

@@ -281,7 +281,9 @@ def test_trained_drafter_gets_accepted_and_stays_exact(pairs, trained, adaptive,
 
 
 def test_sampling_proposes_with_distributions(pairs, trained, monkeypatch):
-    """At T > 0 the drafter samples and hands the loop its distributions (rejection rule)."""
+    """At T > 0 with independent draws the drafter samples and hands the loop its
+    distributions (rejection rule); with shared draws it proposes with the target's noise and
+    the reply is plain's of the same seed."""
     from app.engine.drafters.dflash import DFlashDrafter
     from app.engine.events import SamplingParams
     from app.engine.session import Session
@@ -300,13 +302,20 @@ def test_sampling_proposes_with_distributions(pairs, trained, monkeypatch):
     s.load_target(pairs["target"])
     s.load_draft(trained)
     done = _generate(s, "dflash", max_tokens=32, adaptive=True,
-                     sampling=SamplingParams(temperature=0.8, seed=3))
+                     sampling=SamplingParams(temperature=0.8, seed=3, shared_draws=False))
     assert done.timings.fallback is None and done.timings.draft_rounds > 0
+    assert done.timings.acceptance_rule == "rejection-sampling"
     vocab = json.loads((pairs["target"] / "config.json").read_text())["vocab_size"]
     assert seen and all(p.q is not None and p.q.shape == (p.k, vocab) for p in seen)
     rows = np.array(seen[0].q.sum(axis=-1))
     np.testing.assert_allclose(rows, 1.0, atol=1e-4)
     assert done.token_ids != _generate(s, "none", max_tokens=32).token_ids  # not greedy
+    seen.clear()
+    hot = SamplingParams(temperature=0.8, seed=3)
+    shared = _generate(s, "dflash", max_tokens=32, adaptive=True, sampling=hot)
+    assert shared.timings.acceptance_rule == "sample-match" and shared.timings.draft_rounds > 0
+    assert seen and all(p.q is None for p in seen)
+    assert shared.token_ids == _generate(s, "none", max_tokens=32, sampling=hot).token_ids
 
 
 def test_width_follows_confidence_and_verify_cost():

@@ -92,7 +92,7 @@ def test_sampled_proposals_carry_q(pair):
     t = load_model(pair[0])
     d = DSparkDrafter(t, load(pair[1], t))
     prompt = list(sc.PROMPT)
-    d.begin(prompt, SamplingParams(temperature=0.8, seed=1))
+    d.begin(prompt, SamplingParams(temperature=0.8, seed=1, shared_draws=False))
     ids = tuple(d.cfg.target_layer_ids)
     d.prefill(prompt, sc._hidden(t, sc.e3.rows_for(t.model, prompt, ids), ids))
     p = d.propose(prompt + [sc.BONUS], 4)

@@ -128,7 +128,7 @@ def test_sampled_proposals_carry_q_over_the_target_vocabulary(pairs):
     assets = load(pairs["speculators"], t)
     d = Eagle3Drafter(assets, target_vocab=t.vocab_size)
     prompt = list(sc.PROMPT)
-    d.begin(prompt, SamplingParams(temperature=0.8, seed=1))
+    d.begin(prompt, SamplingParams(temperature=0.8, seed=1, shared_draws=False))
     rows = sc.rows_for(t.model, prompt, assets.capture)
     from app.engine.taps import Hidden
 
@@ -151,9 +151,14 @@ def test_sampling_runs_exactly_through_the_loop(pairs):
 
     s = _session(pairs, "speculators")
     assert s.draft_kind is not None
-    done = _generate(s, s.draft_kind, sampling=SamplingParams(temperature=0.7, seed=3),
-                     max_tokens=20)
+    hot = SamplingParams(temperature=0.7, seed=3)
+    done = _generate(s, s.draft_kind, sampling=hot, max_tokens=20)
     assert done.timings.fallback is None and len(done.token_ids) == 20
+    # shared draws: the drafter draws over its short vocabulary with the noise of each
+    # target token id, and the reply is plain's of the same seed
+    assert done.timings.draft_rounds > 0 and done.timings.acceptance_rule == "sample-match"
+    plain = _generate(s, "none", sampling=hot, max_tokens=20)
+    assert done.token_ids == plain.token_ids
 
 
 # -- pairing ----------------------------------------------------------------------------

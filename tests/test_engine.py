@@ -3,6 +3,7 @@ timings, stop conditions, cancellation and fallbacks."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import Counter
@@ -279,12 +280,47 @@ def test_confidence_stop_keeps_sampling_exact(session, pair_dirs, monkeypatch):
 
 def test_sampling_rules_reported(session):
     hot = SamplingParams(temperature=0.8, seed=1)
+    independent = dataclasses.replace(hot, shared_draws=False)
     done, _ = run(session, prompt=PROMPTS[0], max_tokens=12, draft_kind="full-model",
-                  sampling=hot)
+                  sampling=independent)
     assert done.timings.acceptance_rule == RULE_REJECTION
-    done, _ = run(session, prompt=PROMPTS[0], max_tokens=12, draft_kind="prompt-lookup",
-                  sampling=hot)
-    assert done.timings.acceptance_rule == RULE_SAMPLE_MATCH
+    for kind in ("full-model", "prompt-lookup"):  # shared draws: proposals are fixed tokens
+        done, _ = run(session, prompt=PROMPTS[0], max_tokens=12, draft_kind=kind, sampling=hot)
+        assert done.timings.acceptance_rule == RULE_SAMPLE_MATCH, kind
+
+
+def test_shared_draws_give_the_plain_reply_of_the_seed_with_every_kind(session):
+    """At temperature > 0 the reply depends on the seed alone: plain decoding, prompt lookup
+    and the draft model draw the same tokens (each position's noise is shared); another seed
+    draws another reply, and independent draws leave the draft model's reply to chance."""
+    replies = {}
+    prompt = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
+    rounds: Counter = Counter()
+    for seed in (1, 2, 3):
+        hot = SamplingParams(temperature=0.9, seed=seed)
+        plain, _ = run(session, prompt=prompt, max_tokens=24, sampling=hot)
+        assert plain.timings.seed == seed
+        replies[seed] = plain.token_ids
+        for kind in ("prompt-lookup", "full-model"):
+            spec, _ = run(session, prompt=prompt, max_tokens=24, draft_kind=kind,
+                          sampling=hot, adaptive=False)
+            rounds[kind] += spec.timings.draft_rounds
+            assert spec.token_ids == plain.token_ids, (kind, seed)
+    assert rounds["prompt-lookup"] > 0 and rounds["full-model"] > 0, rounds
+    assert len(set(replies.values())) == 3
+    unseeded, _ = run(session, prompt=prompt, max_tokens=24,
+                      sampling=SamplingParams(temperature=0.9))
+    assert unseeded.timings.seed is not None  # a seed is chosen and reported
+    again, _ = run(session, prompt=prompt, max_tokens=24, draft_kind="full-model",
+                   sampling=SamplingParams(temperature=0.9, seed=unseeded.timings.seed))
+    assert again.token_ids == unseeded.token_ids
+    differ = 0
+    for seed in (1, 2, 3):
+        hot = SamplingParams(temperature=0.9, seed=seed, shared_draws=False)
+        spec, _ = run(session, prompt=prompt, max_tokens=24, draft_kind="full-model",
+                      sampling=hot)
+        differ += spec.token_ids != replies[seed]
+    assert differ >= 1
 
 
 def test_processors_apply_to_every_verified_row(session):

@@ -151,9 +151,9 @@ def test_sampled_trees_keep_the_distribution(session, monkeypatch):  # noqa: F81
 
     real = tree_verify.sm.sample  # a wrong walk: the child with the target's top token
 
-    def argmax_rows(rows, sampling):
+    def argmax_rows(rows, sampling, positions=None):
         return real(rows, SamplingParams(temperature=0.0)) if rows.shape[0] > 1 else \
-            real(rows, sampling)
+            real(rows, sampling, positions)
 
     monkeypatch.setattr(tree_verify.sm, "sample", argmax_rows)
     wrong, _ = sample(n // 2)

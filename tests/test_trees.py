@@ -147,9 +147,9 @@ def test_sampled_trees_keep_the_distribution(family_dirs, monkeypatch):
     # the same test catches a wrong walk: following the child with the target's top token
     real = tree_verify.sm.sample
 
-    def argmax_rows(rows, sampling):
+    def argmax_rows(rows, sampling, positions=None):
         return real(rows, SamplingParams(temperature=0.0)) if rows.shape[0] > 1 else \
-            real(rows, sampling)
+            real(rows, sampling, positions)
 
     monkeypatch.setattr(tree_verify.sm, "sample", argmax_rows)
     wrong, _ = sample(n // 2)

@@ -68,6 +68,9 @@ class BenchConfig:
     lookup_assist: bool = True  # model drafters: prompt lookup copies the context beside them
     # each model drafter also as trees in these modes ("on", "flat"), one row each
     trees: tuple[str, ...] = ()
+    # temperature > 0: the same seed draws the same reply with every kind (False: independent
+    # draws, model drafters checked by rejection sampling)
+    shared_draws: bool = True
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> BenchConfig:
@@ -171,7 +174,7 @@ def run_bench(
                     break
                 say(Progress(done, total, f"warm-up {cond.name} T={temp:g}"))
                 _execute(session, cond, warm_prompt, WARMUP_TOKENS, temp, config.seed, cancel,
-                         chats[warm_id], config.remote_api_key)
+                         chats[warm_id], config.remote_api_key, shared=config.shared_draws)
                 done += 1
         for task in tasks:
             for temp in config.temperatures:
@@ -189,7 +192,7 @@ def run_bench(
                         out = _execute(session, cond, prompts[task.id],
                                        _max_tokens(config, task), temp,
                                        config.seed + rep, cancel, chats[task.id],
-                                       config.remote_api_key)
+                                       config.remote_api_key, shared=config.shared_draws)
                         verdict = meter.stop()
                         last = attempt == reruns or cancel.is_set()
                         record = RunRecord(
@@ -316,8 +319,11 @@ def _execute(
     cancel: threading.Event,
     messages: Any = None,
     api_key: str | None = None,
+    *,
+    shared: bool = True,
 ) -> dict[str, Any]:
-    """One request; returns the RunRecord fields that describe its outcome."""
+    """One request; returns the RunRecord fields that describe its outcome (``shared``:
+    shared draws at temperature > 0)."""
     if cond.engine == "mlx-lm":
         return _execute_peer(session, cond, prompt, max_tokens, temperature, seed)
     if cond.engine == "remote":
@@ -328,7 +334,7 @@ def _execute(
         prompt_tokens=tuple(prompt),
         draft_kind=cond.draft_kind,
         draft_width=cond.width or None,
-        sampling=SamplingParams(temperature=temperature, seed=seed),
+        sampling=SamplingParams(temperature=temperature, seed=seed, shared_draws=shared),
         max_tokens=max_tokens,
         allow_fallback=False,
         memory_interval_s=3600.0,

@@ -87,6 +87,7 @@ def _sources(runs: list[RunRecord]) -> dict[str, dict[str, int]]:
 def summarize(report: BenchReport) -> dict[str, Any]:
     runs = report.measured()
     cells = _cells(runs)
+    shared = bool(report.config.get("shared_draws", False))  # same seed, same reply
     task_kind = {t["id"]: t["kind"] for t in report.tasks}
     rows: list[dict[str, Any]] = []
     identity: list[dict[str, Any]] = []
@@ -119,8 +120,26 @@ def summarize(report: BenchReport) -> dict[str, Any]:
             row.update(compare(mine, off) if name != OFF else
                        {"speedup": 1.0, "verdict": "baseline", "runs": len(mine),
                         "baseline_runs": len(mine)})
-            if temp == 0.0 and off:
-                if name == OFF:
+            # a sampled reply is compared only where the seed decides it (shared draws,
+            # DraftPair's own engine on both sides): each run against plain's of its seed
+            sampled = temp > 0.0
+            comparable = bool(off) and (not sampled or (
+                shared and mine[0].engine == off[0].engine == "draftpair"))
+            if comparable:
+                if sampled:
+                    plain = {r.seed: r for r in off}
+                    pairs = [(r, plain[r.seed]) for r in mine if r.seed in plain]
+                    if name != OFF and pairs:
+                        first = next(((a, b) for a, b in pairs if a.tokens != b.tokens),
+                                     pairs[0])  # the first that differs, if one does
+                        ident = compare_tokens(first[0].tokens, first[1].tokens)
+                        same = sum(a.tokens == b.tokens for a, b in pairs)
+                        extra = {"compared_by": "tokens", "seeds_identical": same,
+                                 "seeds": len(pairs)}
+                        identity.append({"task_id": task_id, "condition": name,
+                                         "compared_to": OFF, **ident.to_dict(), **extra})
+                        row["identity_vs_off"] = {**ident.to_dict(), **extra}
+                elif name == OFF:
                     if len(off) >= 2:
                         ident = compare_tokens(off[0].tokens, off[1].tokens)
                         identity.append({"task_id": task_id, "condition": OFF,

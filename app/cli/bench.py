@@ -47,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flag a run when other processes used more than this many cores")
     p.add_argument("--reruns", type=int, help="re-runs of a flagged run (default 1; quick 0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--independent-draws", dest="shared_draws", action="store_false",
+                   help="at temperature > 0, draw each kind's reply independently (model "
+                        "drafters checked by rejection sampling) instead of drawing the same "
+                        "reply from the same seed with every kind")
     p.add_argument("--no-lookup-assist", dest="lookup_assist", action="store_false",
                    help="measure the model drafters alone, without prompt lookup copying "
                         "the context beside them")
@@ -121,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         remote_api_key=args.remote_api_key,
         lookup_assist=args.lookup_assist,
         trees=tuple(args.trees),
+        shared_draws=args.shared_draws,
     )
     if args.quick:
         config = BenchConfig.quick_preset(**options)

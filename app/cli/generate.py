@@ -35,7 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="with --temp > 0: the same seed gives the same reply, speculation on "
+                        "or off (default: a new seed each time, reported with -v and --json)")
+    p.add_argument("--independent-draws", dest="shared_draws", action="store_false",
+                   help="with --temp > 0: draw the drafter's proposals independently of the "
+                        "target's draws (checked by rejection sampling: a few more accepted, "
+                        "but the reply then depends on the draft kind, not only the seed)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--system", help="system prompt (chat)")
     chat = p.add_mutually_exclusive_group()
@@ -120,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         sampling=SamplingParams(
             temperature=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
             repetition_penalty=args.repetition_penalty, seed=args.seed,
+            shared_draws=args.shared_draws,
         ),
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
@@ -201,7 +208,9 @@ def _summary(session: Session, done, args: argparse.Namespace) -> None:
         f"prompt {t.prompt_n} tok in {t.prompt_ms:.0f} ms"
         f"{f' ({t.cache_n} reused)' if t.cache_n else ''}, accepted "
         f"{t.draft_n_accepted}/{t.draft_n}, mean accepted {t.accept_len_mean:.2f}, "
-        f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}",
+        f"tokens/verify {t.tokens_per_verify:.2f}, finish {done.finish_reason}"
+        + (f", seed {t.seed} (--seed {t.seed} gives this reply again)"
+           if t.seed is not None else ""),
         file=sys.stderr,
     )
     if t.tree_rounds:

@@ -10,6 +10,7 @@ left here is the order of things and the events.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -218,9 +219,10 @@ class RoundLoop:
             text=stopper.final_text,
             token_ids=tuple(self.output),
             finish_reason=self.finish_reason or "stop",
-            timings=self.stats.timings(n_out=len(self.output),
-                                       prompt_ms=(t_prefill - t_start) * 1e3,
-                                       predicted_ms=(t_end - t_prefill) * 1e3, ttft_ms=ttft_ms),
+            timings=dataclasses.replace(
+                self.stats.timings(n_out=len(self.output), prompt_ms=(t_prefill - t_start) * 1e3,
+                                   predicted_ms=(t_end - t_prefill) * 1e3, ttft_ms=ttft_ms),
+                seed=None if req.sampling.greedy else req.sampling.seed),
             rounds=tuple(self.stats.rounds),
         )
 

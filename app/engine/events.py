@@ -30,6 +30,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     repetition_context_size: int = 20
     seed: int | None = None
+    # temperature > 0: draw each token with noise keyed by (seed, position), the drafters
+    # too, so the reply depends on the seed alone, speculation on or off (False: independent
+    # draws, model drafters' proposals checked by rejection sampling, a little more accepted)
+    shared_draws: bool = True
 
     @property
     def greedy(self) -> bool:
@@ -192,6 +196,7 @@ class Timings:
     # {"rounds": plain steps}; sources it loaded appear with zero rounds
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
     sources_left_out: dict[str, str] = field(default_factory=dict)  # auto: kind -> why
+    seed: int | None = None  # what sampling drew with: the same seed gives the same reply
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,10 +5,20 @@ logits processors on the raw logits (repetition penalty with the token history),
 then top-p, min-p, top-k masks, then ``categorical(logprobs / temperature)``. Speculative
 verification applies the same chain to every verified row, each row with its own history
 (committed tokens + the proposals before it), so both paths draw from the same distribution.
+
+Shared draws: at temperature > 0 a request with a seed draws the token at sequence position
+``n`` as ``argmax(logits / T + g_n)``, where ``g_n`` is Gumbel noise keyed by (seed, n) alone
+(the Gumbel-max trick: a draw from the same distribution as ``categorical``). Plain decoding,
+every verify pass and the drafters read the same ``g_n``, so a reply depends on the seed and
+not on whether or how it was drafted: speculation on or off, the same seed gives the same text
+(drafter-invariant speculative decoding, Daliri et al. 2024). A drafter that draws its proposal
+with ``g_n`` too proposes the token the target will draw wherever their distributions agree.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import mlx.core as mx
@@ -75,8 +85,89 @@ def probabilities(logits: mx.array, sampling: SamplingParams) -> mx.array:
     return mx.softmax(scaled_logits(logits, sampling).astype(mx.float32), axis=-1)
 
 
-def sample(logits: mx.array, sampling: SamplingParams) -> mx.array:
-    """One token per row: argmax when greedy, else a draw from the transformed distribution."""
+# -- shared draws ---------------------------------------------------------------------------
+NOISE_BLOCK = 16384  # noise is made in blocks of columns, so any width reads the same values
+_MAX_BLOCKS = 32  # columns up to 32 x 16,384 = 524,288 token ids
+_KEPT_POSITIONS = 96  # a round's positions and the next few: each is made once per request
+
+
+class _Noise:
+    """Gumbel rows by (seed, position), the newest kept: the drafter makes a position's row,
+    the verify pass and later rounds at the same position read it again."""
+
+    def __init__(self) -> None:
+        self._rows: OrderedDict[tuple[int, int], mx.array] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def row(self, seed: int, position: int, width: int) -> mx.array:
+        blocks = -(-width // NOISE_BLOCK)
+        if blocks > _MAX_BLOCKS:
+            raise ValueError(f"a vocabulary of {width} tokens is larger than shared draws allow")
+        key = (seed, position)
+        with self._lock:
+            row = self._rows.get(key)
+            if row is not None:
+                self._rows.move_to_end(key)
+        have = 0 if row is None else row.shape[0] // NOISE_BLOCK
+        if have < blocks:
+            parts = [] if row is None else [row]
+            for b in range(have, blocks):
+                k = mx.array([seed & 0xFFFFFFFF, (position * _MAX_BLOCKS + b) & 0xFFFFFFFF],
+                             dtype=mx.uint32)
+                parts.append(mx.random.gumbel(shape=(NOISE_BLOCK,), key=k))
+            row = mx.concatenate(parts) if len(parts) > 1 else parts[0]
+            mx.eval(row)
+            with self._lock:
+                self._rows[key] = row
+                self._rows.move_to_end(key)
+                while len(self._rows) > _KEPT_POSITIONS:
+                    self._rows.popitem(last=False)
+        assert row is not None
+        return row[:width]
+
+
+_noise = _Noise()
+
+
+def noise_rows(seed: int, positions: Sequence[int], width: int,
+               ids: mx.array | None = None) -> mx.array:
+    """Gumbel noise, a row per position: ``width`` columns, or with ``ids`` (the token id of
+    each column, when the columns are a draft's own short list of ``width`` token ids) one
+    column per entry of ``ids``."""
+    if ids is None:
+        rows = [_noise.row(seed, p, width) for p in positions]
+    else:
+        rows = [_noise.row(seed, p, width)[ids] for p in positions]
+    return mx.stack(rows)
+
+
+def shares_draws(sampling: SamplingParams) -> bool:
+    """True when tokens are drawn with the noise of their position (temperature > 0, a seed)."""
+    return not sampling.greedy and sampling.shared_draws and sampling.seed is not None
+
+
+def sample(logits: mx.array, sampling: SamplingParams,
+           positions: Sequence[int] | None = None) -> mx.array:
+    """One token per row: argmax when greedy, else a draw from the transformed distribution,
+    with each row's position's noise when ``positions`` is given (shared draws)."""
     if sampling.greedy:
         return mx.argmax(logits, axis=-1)
-    return mx.random.categorical(scaled_logits(logits, sampling))
+    scaled = scaled_logits(logits, sampling)
+    if positions is None or not shares_draws(sampling):
+        return mx.random.categorical(scaled)
+    return draw(scaled, sampling, positions)
+
+
+def draw(scaled: mx.array, sampling: SamplingParams, positions: Sequence[int],
+         ids: mx.array | None = None, vocab: int = 0) -> mx.array:
+    """``argmax(scaled + g)`` per row (``scaled``: ``(len(positions), V)`` logits already
+    divided by the temperature): the shared draw at each row's position. ``ids``: the token
+    id of each column when they are a draft's short list out of ``vocab`` target tokens."""
+    assert sampling.seed is not None
+    width = scaled.shape[-1] if ids is None else vocab
+    g = noise_rows(sampling.seed, positions, width, ids)
+    return mx.argmax(scaled.astype(mx.float32) + g, axis=-1)
+
+
+def positions_from(first: int, n: int) -> list[int]:
+    return list(range(first, first + n))

@@ -17,6 +17,7 @@ cannot run either falls back to plain decoding with a ``NoticeEvent`` and ``timi
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -285,6 +286,11 @@ class Session:
             raise DraftPairError("No target model is loaded.")
         # every problem of the request, named, before any work
         validate(req, vocab_rows=self.target.embedding_rows)
+        if not req.sampling.greedy and req.sampling.seed is None:
+            # every sampled reply has a seed: shared draws need one, and it is reported, so
+            # the same reply can be asked for again (speculation on or off)
+            req = dataclasses.replace(req, sampling=dataclasses.replace(
+                req.sampling, seed=secrets.randbits(31)))
         admission = self.admit(req)
         prompt = list(admission.tokens)
         limit = admission.limit

@@ -27,7 +27,9 @@ from app.engine.verify import Verdict
 
 
 def verify_tree(rows: mx.array, proposal: Proposal, *, sampling: SamplingParams,
-                rule: str) -> Verdict:
+                rule: str, start: int | None = None) -> Verdict:
+    """``start``: the sequence position of row 0 (a node at depth ``d`` predicts the token at
+    ``start + d``; shared draws read that position's noise)."""
     assert proposal.parents is not None
     parents = proposal.parents
     mx.eval(proposal.tokens)
@@ -35,7 +37,9 @@ def verify_tree(rows: mx.array, proposal: Proposal, *, sampling: SamplingParams,
     kids = tree.children(parents)
     if rule == RULE_REJECTION and proposal.q is not None:
         return _rejection_walk(rows, proposal.q, toks, kids, sampling)
-    drawn = sm.sample(rows, sampling)
+    positions = (None if start is None
+                 else [start, *(start + d for d in tree.depths(parents))])
+    drawn = sm.sample(rows, sampling, positions)
     mx.eval(drawn)
     target = int_list(drawn)
     path: list[int] = []

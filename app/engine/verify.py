@@ -42,9 +42,13 @@ class Verdict:
 
 
 def choose_rule(sampling: SamplingParams, stochastic_draft: bool) -> str:
+    """Greedy at temperature 0; with shared draws every drafter proposes with the noise the
+    target draws with, so its proposals are checked as fixed tokens (sample-match)."""
     if sampling.greedy:
         return RULE_GREEDY
-    return RULE_REJECTION if stochastic_draft else RULE_SAMPLE_MATCH
+    if stochastic_draft and not sm.shares_draws(sampling):
+        return RULE_REJECTION
+    return RULE_SAMPLE_MATCH
 
 
 def _first_mismatch(proposals: list[int], target: list[int]) -> int:
@@ -57,11 +61,13 @@ def _first_mismatch(proposals: list[int], target: list[int]) -> int:
 
 
 def verify(rows: mx.array, proposal: Proposal, *, sampling: SamplingParams,
-           rule: str) -> Verdict:
-    """Apply ``rule`` to ``rows`` (``(k+1, V)``, processed) and a chain ``proposal``."""
+           rule: str, start: int | None = None) -> Verdict:
+    """Apply ``rule`` to ``rows`` (``(k+1, V)``, processed) and a chain ``proposal``;
+    ``start``: the sequence position of row 0 (shared draws read its noise)."""
     if not proposal.is_chain:
         raise NotImplementedError("tree proposals need a tree verify pass")
-    return verify_chain(rows, proposal.tokens, sampling=sampling, rule=rule, q=proposal.q)
+    return verify_chain(rows, proposal.tokens, sampling=sampling, rule=rule, q=proposal.q,
+                        start=start)
 
 
 def verify_chain(
@@ -71,13 +77,17 @@ def verify_chain(
     sampling: SamplingParams,
     rule: str,
     q: mx.array | None = None,
+    start: int | None = None,
 ) -> Verdict:
     """Apply ``rule`` to ``rows`` (``(k+1, V)``, processed) and ``proposals`` (``(k,)``)."""
     k = proposals.shape[0]
     if rule in (RULE_GREEDY, RULE_SAMPLE_MATCH):
-        # Greedy: argmax per row. Sample-match: draw t_i ~ p_i independently per row; for
-        # one-hot proposals, accepting while t_i == y_i is exact and acceptance-optimal.
-        target = sm.sample(rows, sampling)
+        # Greedy: argmax per row. Sample-match: draw t_i ~ p_i independently per row (with
+        # the noise of its position under shared draws); for proposals fixed before the draw,
+        # accepting while t_i == y_i is exact and acceptance-optimal. Under shared draws the
+        # committed tokens are the draws themselves, the tokens plain decoding draws.
+        positions = None if start is None else sm.positions_from(start, k + 1)
+        target = sm.sample(rows, sampling, positions)
         target_l, props_l = _to_lists(target, proposals)
         n = _first_mismatch(props_l, target_l)
         return Verdict(n, target_l[n], tuple(props_l))

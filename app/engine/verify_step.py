@@ -105,7 +105,7 @@ class TargetStep:
             self.pending = []
         assert self.carry is not None  # logits for the next position: nothing is pending
         rows = sm.process_rows(self.carry, self._history(committed), [], self.processors)
-        tok = sm.sample(rows, self.sampling)
+        tok = sm.sample(rows, self.sampling, [len(committed)])
         if not self.queued:  # the next step feeds it, with proposals if it drafts
             t = int(tok.item())  # type: ignore[arg-type]  # (a token id)
             self.pending = [t]
@@ -142,7 +142,8 @@ class TargetStep:
             assert self.carry is not None
             rows = mx.concatenate([self.carry, logits], axis=0)
         rows = sm.process_rows(rows, self._history(committed), proposal.tokens, self.processors)
-        verdict = verify(rows, proposal, sampling=self.sampling, rule=rule)
+        verdict = verify(rows, proposal, sampling=self.sampling, rule=rule,
+                         start=len(committed))
         t_roll = time.perf_counter()
         self.rollback.keep(self.cache, inputs, n_pending, proposal, verdict.path)
         # rows of what the pass fed and kept: pending + the accepted path
@@ -188,7 +189,8 @@ class TargetStep:
         if not n_pending:
             assert self.carry is not None
             rows = mx.concatenate([self.carry, rows], axis=0)
-        verdict = verify_tree(rows, proposal, sampling=self.sampling, rule=rule)
+        verdict = verify_tree(rows, proposal, sampling=self.sampling, rule=rule,
+                              start=len(committed))
         t_roll = time.perf_counter()
         if one_pass:
             self.rollback.keep(self.cache, inputs, n_pending, proposal, verdict.path)

@@ -219,7 +219,7 @@ class DFlashDrafter(Drafter):
     # -- per request --------------------------------------------------------------------
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
-        self.stochastic = not sampling.greedy
+        self.stochastic = not sampling.greedy and not sm.shares_draws(sampling)
         self.cache = self.net.make_cache()
         self.rows, self.n_rows, self.n_cached, self.lost = [], 0, 0, False
         self.rounds = self.proposed = self.accepted = 0
@@ -279,10 +279,12 @@ class DFlashDrafter(Drafter):
         states = self.net(emb.astype(self._dtype()), ctx, self.cache)[0, 1: 1 + k]
         logits = self.logits(states).astype(mx.float32)
         q = None
-        if self.stochastic:
+        if not self.sampling.greedy:  # a draw: independent (rejection) or shared
             scaled = sm.scaled_logits(logits, self.sampling)
             probs = mx.softmax(scaled, axis=-1)
-            picks = mx.random.categorical(scaled)
+            picks = (mx.random.categorical(scaled) if self.stochastic else
+                     sm.draw(scaled, self.sampling, sm.positions_from(L, k),
+                             self.assets.head_ids, self.target.vocab_size))
             conf = mx.take_along_axis(probs, picks[:, None], axis=-1)[:, 0]
         else:
             picks = mx.argmax(logits, axis=-1)

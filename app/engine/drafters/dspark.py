@@ -101,6 +101,11 @@ class DSparkDrafter(DFlashDrafter):
                 scaled = sm.scaled_logits(step, self.sampling)
                 qs.append(mx.softmax(scaled, axis=-1))
                 prev = mx.random.categorical(scaled).astype(mx.uint32)
+            elif not self.sampling.greedy:  # the shared draw at this position
+                scaled = sm.scaled_logits(step.astype(mx.float32), self.sampling)
+                if self.keep_dist:
+                    qs.append(mx.softmax(scaled, axis=-1))
+                prev = sm.draw(scaled, self.sampling, [L + i]).astype(mx.uint32)
             else:
                 prev = mx.argmax(step, axis=-1).astype(mx.uint32)
                 if self.keep_dist:

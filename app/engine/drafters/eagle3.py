@@ -223,17 +223,25 @@ class Eagle3Drafter(Drafter):
         self.n_pairs = m
         self.rows = self.rows[n:] if self.rows.shape[0] > n else None
 
-    def _pick(self, h: mx.array, qs: list[mx.array]) -> tuple[mx.array, mx.array]:
-        """(draft id, target id) of the next proposal from the drafter's output ``h``."""
+    def _pick(self, h: mx.array, qs: list[mx.array], position: int
+              ) -> tuple[mx.array, mx.array]:
+        """(draft id, target id) of the proposal at sequence ``position`` from the drafter's
+        output ``h``."""
         logits = self.net.logits(h).astype(mx.float32)
-        if not self.stochastic:
+        if self.sampling.greedy:
             pick = mx.argmax(logits, axis=-1)
             if self.keep_dist:  # trees grow beside the chain from the runner-ups
                 qs.append(self._to_target_probs(mx.softmax(logits, axis=-1)))
         else:
             scaled = sm.scaled_logits(logits, self.sampling)
-            qs.append(self._to_target_probs(mx.softmax(scaled, axis=-1)))
-            pick = mx.random.categorical(scaled)
+            if self.stochastic or self.keep_dist:
+                qs.append(self._to_target_probs(mx.softmax(scaled, axis=-1)))
+            if self.stochastic:
+                pick = mx.random.categorical(scaled)
+            else:  # the shared draw: the token ids of the drafter's short list get its noise
+                ids = (None if self.d2t is None
+                       else mx.arange(scaled.shape[-1]) + self.d2t)
+                pick = sm.draw(scaled, self.sampling, [position], ids, self.target_vocab)
         target = pick + self.d2t[pick] if self.d2t is not None else pick
         return pick, target.astype(mx.uint32)
 
@@ -249,7 +257,7 @@ class Eagle3Drafter(Drafter):
     # -- Drafter ------------------------------------------------------------------------
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
-        self.stochastic = not sampling.greedy
+        self.stochastic = not sampling.greedy and not sm.shares_draws(sampling)
         self._reset(prompt)
         kept, self._kept_rows = self._kept_rows, None
         if kept is not None:
@@ -277,12 +285,13 @@ class Eagle3Drafter(Drafter):
             return None  # no state for the newest position yet
         qs: list[mx.array] = []
         h = self.seed
-        pick, tok = self._pick(h, qs)
+        at = len(committed)  # the sequence position of the first proposal
+        pick, tok = self._pick(h, qs, at)
         tokens = [tok]
-        for _ in range(k - 1):
+        for j in range(1, k):
             h = self._step(tok, h)
             self.spec += 1
-            pick, tok = self._pick(h, qs)
+            pick, tok = self._pick(h, qs, at + j)
             tokens.append(tok)
         out = mx.concatenate(tokens)
         mx.async_eval(out)

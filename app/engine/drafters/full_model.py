@@ -154,7 +154,7 @@ class FullModelDrafter(Drafter):
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
-        self.stochastic = not sampling.greedy
+        self.stochastic = not sampling.greedy and not sm.shares_draws(sampling)
         body = prompt[:-1]
         self._body = body
         self.length = len(body)  # positions the draft cache holds
@@ -186,22 +186,23 @@ class FullModelDrafter(Drafter):
             logits = self.head.logits(y, self.cache)
             self.length += int(y.shape[0])
             mark_cache(self.cache, self.length)
-            if self.stochastic:
-                scaled = sm.scaled_logits(logits, self.sampling)
-                probs = mx.softmax(scaled, axis=-1)
-                d = mx.random.categorical(scaled)
-                qs.append(self.head.to_target_probs(probs))
-            else:
+            if self.sampling.greedy:
+                probs = mx.softmax(logits.astype(mx.float32), axis=-1)
                 d = mx.argmax(logits, axis=-1)
-                if self.keep_dist:
-                    qs.append(self.head.to_target_probs(
-                        mx.softmax(logits.astype(mx.float32), axis=-1)))
+            else:  # a draw: independent (rejection), or shared with the target's
+                scaled = sm.scaled_logits(logits.astype(mx.float32), self.sampling)
+                probs = mx.softmax(scaled, axis=-1)
+                d = (mx.random.categorical(scaled) if self.stochastic else
+                     sm.draw(scaled, self.sampling, [len(committed) + j], self.head.ids,
+                             self.head.target_vocab))
+            if self.stochastic or self.keep_dist:
+                qs.append(self.head.to_target_probs(probs))
             y = self.head.to_target_ids(d).astype(mx.uint32)
             tokens.append(y)
             if self.confidence_stop and j < k - 1:
                 # stop after this proposal if the draft itself doubts it (exactness is
                 # unaffected: the decision uses only the draft's own distribution)
-                conf = mx.max(probs if self.stochastic else mx.softmax(logits, axis=-1))
+                conf = mx.max(probs)
                 mx.eval(y, conf)
                 if item_float(conf) < self.confidence_stop:
                     break

@@ -122,7 +122,7 @@ class Gemma4AssistantDrafter(Drafter):
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
-        self.stochastic = not sampling.greedy
+        self.stochastic = not sampling.greedy and not sm.shares_draws(sampling)
         self._reset()
         kept, self._kept = self._kept, None
         self._take(kept)
@@ -155,11 +155,13 @@ class Gemma4AssistantDrafter(Drafter):
             return None
         return shared, masks
 
-    def _pick(self, logits: mx.array, qs: list[mx.array]) -> mx.array:
+    def _pick(self, logits: mx.array, qs: list[mx.array], position: int) -> mx.array:
         logits = logits.reshape(1, -1).astype(mx.float32)
-        if not self.stochastic:
+        if self.sampling.greedy:
             return mx.argmax(logits, axis=-1)
         scaled = sm.scaled_logits(logits, self.sampling)
+        if not self.stochastic:  # the shared draw at this position
+            return sm.draw(scaled, self.sampling, [position])
         qs.append(mx.softmax(scaled, axis=-1))
         return mx.random.categorical(scaled)
 
@@ -177,11 +179,11 @@ class Gemma4AssistantDrafter(Drafter):
         tok = mx.array([committed[-1]], dtype=mx.uint32)
         qs: list[mx.array] = []
         picks = []
-        for _ in range(k):
+        for j in range(k):
             emb = self.embed(tok[None]) * self.embed_scale
             state, logits = self.net.step(mx.concatenate([emb.astype(state.dtype), state], -1),
                                           shared, masks, valid - 1)
-            tok = self._pick(logits, qs).astype(mx.uint32)
+            tok = self._pick(logits, qs, L + j).astype(mx.uint32)
             picks.append(tok)
         tokens = mx.concatenate(picks)
         q = mx.concatenate(qs, axis=0)[:, : self.target_vocab] if qs else None

@@ -115,7 +115,7 @@ class MTPDrafter(Drafter):
     # -- Drafter ------------------------------------------------------------------------
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.sampling = sampling
-        self.stochastic = not sampling.greedy
+        self.stochastic = not sampling.greedy and not sm.shares_draws(sampling)
         self._reset(prompt)
         kept, self._kept_rows = self._kept_rows, None
         if kept is not None:  # a kept conversation: its rows, paired with the first chunk
@@ -133,15 +133,18 @@ class MTPDrafter(Drafter):
         if self.seed is not None:  # the head reads the prompt as part of prompt processing
             mx.eval(*self.seed, *[c.state for c in self.cache])
 
-    def _pick(self, logits: mx.array, qs: list[mx.array]) -> mx.array:
-        if not self.stochastic:
+    def _pick(self, logits: mx.array, qs: list[mx.array], position: int) -> mx.array:
+        if self.sampling.greedy:
             if self.keep_dist:
                 qs.append(self.bound.to_target_probs(
                     mx.softmax(logits.astype(mx.float32), axis=-1), self.target_vocab))
             return mx.argmax(logits, axis=-1)
         scaled = sm.scaled_logits(logits.astype(mx.float32), self.sampling)
-        qs.append(self.bound.to_target_probs(mx.softmax(scaled, axis=-1), self.target_vocab))
-        return mx.random.categorical(scaled)
+        if self.stochastic or self.keep_dist:
+            qs.append(self.bound.to_target_probs(mx.softmax(scaled, axis=-1), self.target_vocab))
+        if self.stochastic:
+            return mx.random.categorical(scaled)
+        return sm.draw(scaled, self.sampling, [position], self.bound.ids, self.target_vocab)
 
     def propose(self, committed: list[int], k: int) -> Proposal | None:
         if k <= 0:
@@ -153,11 +156,13 @@ class MTPDrafter(Drafter):
             return None  # no state for the newest position yet
         logits, state = self.seed
         qs: list[mx.array] = []
-        tokens = [self.bound.to_target_ids(self._pick(logits, qs)).astype(mx.uint32)]
-        for _ in range(k - 1):
+        at = len(committed)  # the sequence position of the first proposal
+        tokens = [self.bound.to_target_ids(self._pick(logits, qs, at)).astype(mx.uint32)]
+        for j in range(1, k):
             logits, state = self.bound.step(tokens[-1], state, self.cache)
             self.spec += 1
-            tokens.append(self.bound.to_target_ids(self._pick(logits, qs)).astype(mx.uint32))
+            tokens.append(self.bound.to_target_ids(
+                self._pick(logits, qs, at + j)).astype(mx.uint32))
         out = mx.concatenate(tokens)
         mx.async_eval(out)
         dist = mx.concatenate(qs, axis=0) if qs else None

@@ -112,7 +112,7 @@ class _Noise:
         if have < blocks:
             parts = [] if row is None else [row]
             for b in range(have, blocks):
-                k = mx.array([seed & 0xFFFFFFFF, (position * _MAX_BLOCKS + b) & 0xFFFFFFFF],
+                k = mx.array([_seed_word(seed), (position * _MAX_BLOCKS + b) & 0xFFFFFFFF],
                              dtype=mx.uint32)
                 parts.append(mx.random.gumbel(shape=(NOISE_BLOCK,), key=k))
             row = mx.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -127,6 +127,11 @@ class _Noise:
 
 
 _noise = _Noise()
+
+
+def _seed_word(seed: int) -> int:
+    """A seed of up to 64 bits folded into the key's 32 (the high half mixed in)."""
+    return ((seed & 0xFFFFFFFF) ^ (((seed >> 32) * 0x9E3779B1) & 0xFFFFFFFF)) & 0xFFFFFFFF
 
 
 def noise_rows(seed: int, positions: Sequence[int], width: int,

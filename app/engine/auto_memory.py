@@ -6,11 +6,11 @@ from its first round.
 
 Beside it, the pair's history (``History``): every round any request of this pair ran, per
 source, as slowly decayed per-depth counts (``HISTORY_DECAY`` per round: the last few hundred
-rounds count). A request
-that starts a chat, or belongs to none, starts from that history instead of the bare prior:
-each source's rates begin at what it did on this pair, weighed as ``HISTORY_WEIGHT`` rounds
-(enough to spare a request some of the rounds it would spend learning again that a drafter
-seldom agrees with this target, little enough that a few rounds of its own overrule it).
+rounds count). A request that starts a chat, or belongs to none, starts from that history
+instead of the bare prior: each source's prior is its long-run rate on this pair, and its
+recent rounds there weigh as ``HISTORY_WEIGHT`` rounds of the request's own (enough to spare a
+request the rounds it would spend learning again that a drafter seldom agrees with this
+target, little enough that a few rounds of its own overrule it).
 The history is kept per way of sampling (greedy, or each temperature): a copy that is
 right eight times in ten at temperature 0 is right far less often when the target samples at
 0.7, and a record that mixed them would send a sampled request into rounds that do not pay.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from app.engine.auto_evidence import PRIOR_RATE, RUNNER_PRIOR, Evidence
+from app.engine.auto_evidence import PRIOR_RATE, PRIOR_WEIGHT, RUNNER_PRIOR, Evidence
 from app.engine.events import SamplingParams
 
 MEMORY_CHATS = 64  # chats whose evidence is kept
@@ -56,7 +56,9 @@ class History:
 
     def start(self, source: str, prior: float = PRIOR_RATE) -> Evidence:
         """A request's starting evidence for ``source``: its history scaled to at most
-        ``HISTORY_WEIGHT`` rounds, on the bare ``prior`` (where it has none, the prior alone).
+        ``HISTORY_WEIGHT`` rounds, on the history's own long-run rate as the prior (where it
+        has none, the bare ``prior`` alone): a source the pair found weak is not hoped back to
+        the bare guess at every request, and one that agrees is not pulled down to it.
 
         The record moves the starting rates but is not the request's own: the source keeps
         the optimism of a source the request has not tried (``Evidence.seen`` stays 0), and
@@ -67,6 +69,9 @@ class History:
         if h is None or h.rounds <= 0:
             return Evidence(prior=prior)
         scale = min(1.0, HISTORY_WEIGHT / h.rounds)
+        # the bare prior is a guess made before anything ran: the record's own first-proposal
+        # rate (on that guess, weighed as the prior always is) replaces it
+        prior = (h.hits[0] + PRIOR_WEIGHT * prior) / (h.rounds + PRIOR_WEIGHT)
         return Evidence(prior=prior, reached=[r * scale for r in h.reached],
                         hits=[n * scale for n in h.hits],
                         misses=h.misses * min(1.0, HISTORY_WEIGHT / max(h.misses, 1e-9)),

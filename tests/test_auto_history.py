@@ -32,6 +32,25 @@ def test_a_request_starts_from_the_pairs_record_weighed_as_a_few_rounds():
     assert 0.35 < mtp.rates(1)[0] < 0.65  # three of its own weigh about as much
 
 
+def test_a_long_record_is_the_starting_guess_not_the_bare_prior():
+    """A drafter the pair has watched for many rounds starts a request near what it did there,
+    not between that and the bare prior's guess: one that seldom agreed is not given its first
+    round again at every request on a CPU's costs, one that mostly agreed drafts at once."""
+    history = History()
+    teach = AutoPolicy({"eagle3": 4, "mtp": 4}, verify_cost=cpu_like, history=history)
+    for i in range(60):
+        teach.observe("eagle3", 1, 1 if i % 10 == 0 else 0)  # one round in ten agreed
+        teach.observe("mtp", 1, 0 if i % 10 == 0 else 1)  # nine in ten
+    nxt = AutoPolicy({"eagle3": 4, "mtp": 4}, verify_cost=cpu_like, history=history)
+    assert nxt.evidence["eagle3"].rates(1)[0] < 0.15
+    assert nxt.evidence["mtp"].rates(1)[0] > 0.85
+    weak = AutoPolicy({"eagle3": 4}, verify_cost=cpu_like, history=history)
+    assert weak.choose(room=64, context=100) is None  # a plain step, not another try
+    strong = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history).choose(
+        room=64, context=100)
+    assert strong is not None and strong.width >= 2
+
+
 def _rounds_given(policy: AutoPolicy, steps: int = 60) -> int:
     """Steps of a reply whose only drafter never agrees: the rounds it was given."""
     given = 0

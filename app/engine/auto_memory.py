@@ -7,10 +7,10 @@ from its first round.
 Beside it, the pair's history (``History``): every round any request of this pair ran, per
 source, as slowly decayed per-depth counts (``HISTORY_DECAY`` per round: the last few hundred
 rounds count). A request that starts a chat, or belongs to none, starts from that history
-instead of the bare prior: each source's prior is its long-run rate on this pair, and its
-recent rounds there weigh as ``HISTORY_WEIGHT`` rounds of the request's own (enough to spare a
-request the rounds it would spend learning again that a drafter seldom agrees with this
-target, little enough that a few rounds of its own overrule it).
+instead of the bare prior: its last rounds there weigh as ``HISTORY_WEIGHT`` rounds of the
+request's own, and the rounds before them move its prior toward its rate on this pair
+(enough to spare a request the rounds it would spend learning again that a drafter seldom
+agrees with this target, little enough that a few rounds of its own overrule it).
 The history is kept per way of sampling (greedy, or each temperature): a copy that is
 right eight times in ten at temperature 0 is right far less often when the target samples at
 0.7, and a record that mixed them would send a sampled request into rounds that do not pay.
@@ -56,8 +56,8 @@ class History:
 
     def start(self, source: str, prior: float = PRIOR_RATE) -> Evidence:
         """A request's starting evidence for ``source``: its history scaled to at most
-        ``HISTORY_WEIGHT`` rounds, on the history's own long-run rate as the prior (where it
-        has none, the bare ``prior`` alone): a source the pair found weak is not hoped back to
+        ``HISTORY_WEIGHT`` rounds, on a prior that the rest of the history moves from the bare
+        ``prior`` toward its own rate (where it has none, the bare ``prior`` alone): a source the pair found weak is not hoped back to
         the bare guess at every request, and one that agrees is not pulled down to it.
 
         The record moves the starting rates but is not the request's own: the source keeps
@@ -69,9 +69,11 @@ class History:
         if h is None or h.rounds <= 0:
             return Evidence(prior=prior)
         scale = min(1.0, HISTORY_WEIGHT / h.rounds)
-        # the bare prior is a guess made before anything ran: the record's own first-proposal
-        # rate (on that guess, weighed as the prior always is) replaces it
-        prior = (h.hits[0] + PRIOR_WEIGHT * prior) / (h.rounds + PRIOR_WEIGHT)
+        # the bare prior is a guess made before anything ran: the record's rounds beyond the
+        # few carried as counts move it (each round counted once, so a record of a few rounds
+        # leaves the guess as it was and a long one replaces it)
+        rest = h.rounds * (1.0 - scale)
+        prior = (h.hits[0] * (1.0 - scale) + PRIOR_WEIGHT * prior) / (rest + PRIOR_WEIGHT)
         return Evidence(prior=prior, reached=[r * scale for r in h.reached],
                         hits=[n * scale for n in h.hits],
                         misses=h.misses * min(1.0, HISTORY_WEIGHT / max(h.misses, 1e-9)),

@@ -51,6 +51,17 @@ def test_a_long_record_is_the_starting_guess_not_the_bare_prior():
     assert strong is not None and strong.width >= 2
 
 
+def test_a_short_bad_record_does_not_shut_a_drafter_out_of_the_next_request():
+    """Three missed rounds are a hint, not a verdict: each round of the record counts once,
+    so the next request still gives the drafter a try (a record counted twice, as counts and
+    again in the prior, would leave it plain for good: it would never run to learn more)."""
+    history = History()
+    _run(AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history), "mtp", 3, 1, 0)
+    nxt = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
+    assert nxt.evidence["mtp"].prior == pytest.approx(PRIOR_RATE)
+    assert nxt.choose(room=64, context=100) is not None
+
+
 def _rounds_given(policy: AutoPolicy, steps: int = 60) -> int:
     """Steps of a reply whose only drafter never agrees: the rounds it was given."""
     given = 0

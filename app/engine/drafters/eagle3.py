@@ -165,6 +165,9 @@ class Eagle3Drafter(Drafter):
         self.net = assets.weights.model
         self.cfg = assets.config
         self.d2t = assets.weights.d2t
+        # the target id of each of the drafter's own ids (None: they are the target's ids)
+        self.target_ids = (None if self.d2t is None
+                           else mx.arange(self.d2t.shape[0]) + self.d2t)
         self.target_vocab = target_vocab
         self.taps = TapRequest(layers=assets.capture)
         self.stochastic = False
@@ -239,17 +242,15 @@ class Eagle3Drafter(Drafter):
             if self.stochastic:
                 pick = mx.random.categorical(scaled)
             else:  # the shared draw: the token ids of the drafter's short list get its noise
-                ids = (None if self.d2t is None
-                       else mx.arange(scaled.shape[-1]) + self.d2t)
-                pick = sm.draw(scaled, self.sampling, [position], ids, self.target_vocab)
+                pick = sm.draw(scaled, self.sampling, [position], self.target_ids,
+                               self.target_vocab)
         target = pick + self.d2t[pick] if self.d2t is not None else pick
         return pick, target.astype(mx.uint32)
 
     def _to_target_probs(self, q: mx.array) -> mx.array:
         v = self.target_vocab
-        if self.d2t is not None:
-            ids = mx.arange(q.shape[-1]) + self.d2t
-            return mx.zeros((q.shape[0], v), q.dtype).at[:, ids].add(q)
+        if self.target_ids is not None:
+            return mx.zeros((q.shape[0], v), q.dtype).at[:, self.target_ids].add(q)
         if q.shape[-1] < v:
             return mx.concatenate([q, mx.zeros((q.shape[0], v - q.shape[-1]), q.dtype)], -1)
         return q[:, :v]

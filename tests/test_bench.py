@@ -196,6 +196,9 @@ def test_tiny_bench_end_to_end(tmp_path, tiny_pair):
     steps = sum(r["timings"]["verify_passes"] for r in runs if r["condition"] == "auto")
     assert sum(v["rounds"] for v in auto_row["sources"].values()) == steps
     assert "## What auto speculation chose" in paths["md"].read_text()
+    # and from what record of the pair it started (none here: a fresh data folder)
+    assert data["environment"]["auto_record_rounds"] == {}
+    assert "every source began from the prior" in paths["md"].read_text()
     # auto against the single kind that was fastest here, paired repeat by repeat
     rel = next(r for r in data["summary"]["relative"] if r["condition"] == "auto")
     singles = [r for r in data["summary"]["rows"]

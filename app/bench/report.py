@@ -106,6 +106,13 @@ def markdown(report: BenchReport) -> str:
            "Model drafters ran alone (no prompt lookup beside them)."),
         "",
     ]
+    kept = report.environment.get("auto_record_rounds")
+    if kept is not None:
+        lines += ["Auto speculation started from the pair's record kept by earlier runs on "
+                  "this machine: " + (", ".join(f"{rounds:g} recent rounds ({regime})"
+                                                for regime, rounds in sorted(kept.items()))
+                                      or "none (every source began from the prior)")
+                  + "; it learns on through the bench, as it does in use.", ""]
     ct = s.get("contention", {})
     if ct.get("flagged_measured") or ct.get("superseded"):
         lines += [

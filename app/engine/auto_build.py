@@ -167,6 +167,8 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
                               verify_cost, widest)
         for m in members if m.drafter.catches_up}
     trees = frozenset(m.name for m in members if m.trees)
+    if not flat:
+        session.restore_auto_record([m.name for m in members])
     again = False
     if trees:
         assert session.target is not None

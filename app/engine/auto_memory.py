@@ -17,7 +17,9 @@ right eight times in ten at temperature 0 is right far less often when the targe
 Measured costs are not carried: a source's overhead is learnt from its own rounds, and one
 carried from a request where a round met a pause would keep it from being chosen, so never
 measured again. The history lives while the pair is loaded (``Session`` makes a new
-``Memory`` with each target and draft).
+``Memory`` with each target and draft) and is kept on disk between runs (``auto_record``):
+``restore`` starts each source from what was kept for its drafter, ``export`` gives what to
+keep, both under the drafters' own names (``Session.drafter_key``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from app.engine.auto_evidence import PRIOR_RATE, PRIOR_WEIGHT, RUNNER_PRIOR, Evidence
+from app.engine.auto_record import split_key
 from app.engine.events import SamplingParams
 
 MEMORY_CHATS = 64  # chats whose evidence is kept
@@ -89,6 +92,7 @@ class Memory:
         self.size = size
         self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
         self._histories: dict[str, History] = {}
+        self._restored: set[str] = set()  # drafter keys whose kept record was read
 
     @staticmethod
     def regime(sampling: SamplingParams) -> str:
@@ -103,6 +107,35 @@ class Memory:
         """Drop ``source``'s record under every way of sampling (another drafter was loaded)."""
         for h in self._histories.values():
             h.forget(source)
+
+    def unread(self, names: dict[str, str]) -> dict[str, str]:
+        """Those of ``names`` (source -> drafter key) whose kept record was not read yet."""
+        return {n: k for n, k in names.items() if k not in self._restored}
+
+    def restore(self, kept: dict[str, dict[str, Evidence]], names: dict[str, str]) -> None:
+        """Start each source of ``names`` (source -> its drafter's key) from ``kept`` (per way
+        of sampling, evidence by drafter key), once per drafter: what this process has
+        observed since is not overwritten."""
+        for name, key in names.items():
+            if key in self._restored:
+                continue
+            self._restored.add(key)
+            for regime, sources in kept.items():
+                evidence = self._histories.setdefault(regime, History()).evidence
+                for stored, ev in sources.items():
+                    source, cls = split_key(stored)
+                    if source == key:
+                        evidence.setdefault(name + cls, ev)
+
+    def export(self, names: dict[str, str]) -> dict[str, dict[str, Evidence]]:
+        """The pair's record of the sources of ``names``, per way of sampling, by drafter key."""
+        out: dict[str, dict[str, Evidence]] = {}
+        for regime, h in self._histories.items():
+            for stored, ev in h.evidence.items():
+                source, cls = split_key(stored)
+                if source in names and ev.rounds > 0:
+                    out.setdefault(regime, {})[names[source] + cls] = ev
+        return out
 
     def for_chat(self, conversation: str | None) -> dict[str, Evidence]:
         """The chat's evidence (a fresh dict for a request outside any chat)."""

@@ -32,6 +32,7 @@ from app.checkpoints.resolve import resolve_model
 from app.engine import auto_build, proposals, rollback, session_warmup, tree_build
 from app.engine import context as limits
 from app.engine.auto_memory import Memory
+from app.engine.auto_record import RecordStore
 from app.engine.calibration import Calibration, CalibrationStore, target_key
 from app.engine.calibration_measure import CALIBRATE_BUDGET_S, IDLE_LOAD, current_load
 from app.engine.decode import RoundLoop
@@ -84,6 +85,9 @@ class Session:
         self.last_warmup_s = 0.0  # what the last request spent measuring (0 when it did not)
         self.prompt_cache = PromptCache()  # kept conversation states (reuse_cache requests)
         self.auto_memory = Memory()  # what auto speculation learnt, per chat and for the pair
+        # the pair's record is also kept on disk, beside the calibration tables
+        self.auto_records = RecordStore.beside(self.calibrations.folder)
+        self._record_target: str | None = None  # the loaded target's name in that record
         self.replies = SuffixMemory(reply_memory_bytes)  # earlier replies, per reply_scope
 
     # -- loading ----------------------------------------------------------------------
@@ -91,8 +95,9 @@ class Session:
         self.unload()
         self.target = load_model(resolve_model(name_or_path), precision=self.precision)
         rollback.for_target(self.target)  # the rewind strategy is chosen at load
-        cal = self.calibrations.load(self.target.path,
-                                     target_key(self.target.path, self.target.precision))
+        key = target_key(self.target.path, self.target.precision)
+        cal = self.calibrations.load(self.target.path, key)
+        self._record_target = f"{key['model']}:{key['precision']}"
         if cal is not None and cal.busy and current_load() < IDLE_LOAD:
             cal = None  # measured while other programs ran: measured again now it is idle
         self.calibration = cal
@@ -153,6 +158,7 @@ class Session:
         self.replies.clear()  # token ids of another model's vocabulary mean other words
         self._tap_union = None
         self.target = None
+        self._record_target = None
         self.draft_kind = None
         self.assets.clear()
         self.calibration = None
@@ -322,6 +328,7 @@ class Session:
             yield NoticeEvent("fallback", f"Speculation is off for this reply: {reason}.")
             kind, plugin = kinds.OFF, kinds.get(kinds.OFF)
         left_out: dict[str, str] = {}
+        members: list[str] = []  # a combining kind's sources (their record is kept)
         if plugin.combines:  # every drafter that can run, one chosen per round
             built = yield from auto_build.build(self, kind, req, prompt, cancel)
             source: proposals.ProposalSource = (
@@ -329,6 +336,7 @@ class Session:
                     None, rule=RULE_NONE, width=0))
             drafter: Drafter | None = built.source.fleet if built.source is not None else None
             width, warmup_ms, left_out = source.width, built.warmup_s * 1e3, built.left_out
+            members = [m.name for m in built.source.fleet.members] if built.source else []
         else:
             drafter = self.make_drafter(req) if plugin.proposes else None
             width = width if drafter is not None else 0
@@ -354,10 +362,37 @@ class Session:
         loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
                          cancel=cancel, lease=lease, fallback=fallback, context=limit)
         for ev in loop.run():
+            if isinstance(ev, DoneEvent) and members:
+                self.keep_auto_record(members)
             if isinstance(ev, DoneEvent) and (warmup_ms or left_out):
                 ev = dataclasses.replace(ev, timings=dataclasses.replace(
                     ev.timings, warmup_ms=round(warmup_ms, 1), sources_left_out=left_out))
             yield ev
+
+    # -- the pair's record (auto speculation), kept between runs --------------------------
+    def restore_auto_record(self, names: list[str]) -> None:
+        """Start the sources ``names`` from what was kept for their drafters on this target
+        (once per drafter while the pair is loaded)."""
+        if self._record_target is None:
+            return
+        keys = self.auto_memory.unread({n: self.drafter_key(n) for n in names})
+        if keys:
+            self.auto_memory.restore(self.auto_records.load(self._record_target), keys)
+
+    def kept_auto_rounds(self) -> dict[str, float]:
+        """How many recent rounds the kept record of this target holds, per way of sampling
+        (a copy's length classes not counted twice)."""
+        if self._record_target is None:
+            return {}
+        kept = self.auto_records.load(self._record_target)
+        return {regime: round(sum(ev.rounds for key, ev in sources.items() if "#" not in key), 1)
+                for regime, sources in kept.items()}
+
+    def keep_auto_record(self, names: list[str]) -> None:
+        """Keep the record of the sources ``names`` on disk (after each auto request)."""
+        if self._record_target is not None:
+            self.auto_records.save(self._record_target, self.auto_memory.export(
+                {n: self.drafter_key(n) for n in names}))
 
     def _node_budget(self, req: GenerationRequest, drafter: Drafter | None,
                      verify_slope: float | None) -> NodeBudget | None:

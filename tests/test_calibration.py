@@ -292,6 +292,37 @@ def test_a_slow_machine_keeps_the_main_pass_sizes_within_the_time_budget(models)
     assert steps[-1].fraction == 1.0 and cal.verify_cost(4, 16) >= 1.0
 
 
+def test_a_short_budget_measures_the_longer_context_before_the_sizes_between(
+        models, monkeypatch):
+    """A warm-up's few seconds go first to how a pass grows with the context (a reply of a
+    long prompt is priced from it), then to the in-between sizes at the shortest one. The
+    clock is simulated: every reading of it takes 50 ms, as on a slow machine."""
+    from app.engine import calibration_measure
+    from app.engine.calibration_measure import FIRST_SIZES, WIDE_SIZES, measure_target
+    from app.engine.models import load_model
+
+    class SlowClock:
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            self.now += 0.05
+            return self.now
+
+    monkeypatch.setattr(calibration_measure, "time", SlowClock())
+    target = load_model(models["target"])
+    sweep = measure_target(target, budget_s=3.5, contexts=[16, 512, 2048])
+    while True:
+        try:
+            next(sweep)
+        except StopIteration as end:
+            cal = end.value
+            break
+    assert cal.contexts == (16, 512)  # the longer context fitted; the longest did not
+    assert all(set(WIDE_SIZES) <= set(row) for row in cal.sizes)
+    assert set(cal.sizes[1]) == set(WIDE_SIZES)
+    assert set(WIDE_SIZES) < set(cal.sizes[0]) < set(FIRST_SIZES)  # some between, as time left
+
+
 def test_a_table_measured_while_busy_is_measured_again_once_the_computer_is_idle(
         models, tmp_path, monkeypatch):
     from app.engine import session as session_mod

@@ -4,10 +4,11 @@ drafter's proposal cost.
 ``measure_target`` is a generator: it yields ``Step`` items (for progress shown to the person)
 and returns the ``Calibration``; use it as ``cal = yield from measure_target(...)``. It feeds
 dummy tokens, so it needs no prompt: at the smallest context it times a few pass sizes up to
-``MAX_PASS`` and, while the time budget allows, the sizes between them; then it reads more
-dummy tokens to reach each longer context and times a few sizes there. Longer contexts are
-measured while the model's context allows them and the time spent stays within ``budget_s``
-(a slow machine keeps fewer). Every pass is rewound with the target's own rollback, so the
+``MAX_PASS``, then reads more dummy tokens to reach each longer context and times the same
+sizes there, and last, while the time budget allows, the sizes between them at the smallest
+context. Longer contexts are measured while the model's context allows them and the time
+spent stays within ``budget_s`` (a slow machine keeps fewer): how the cost of a wide pass
+grows with the context is worth more to the choice than the sizes between the main ones. Every pass is rewound with the target's own rollback, so the
 sweep works on every cache kind decoding supports.
 """
 
@@ -59,24 +60,27 @@ def _contexts(limit: int | None) -> list[int]:
 def measure_target(target: LoadedModel, *, context_limit: int | None = None,
                    budget_s: float = BUDGET_S, repeats: int = REPEATS,
                    contexts: list[int] | None = None) -> Generator[Step, None, Calibration]:
-    """Time the target's passes; yields progress, returns the table (not yet kept)."""
+    """Time the target's passes; yields progress, returns the table (not yet kept).
+
+    The sizes every row has come first, at each context while the budget allows: how a
+    pass's cost grows with the context changes the choice far more than the sizes between
+    them (interpolated well enough). The first context's in-between sizes are timed last,
+    with what the budget has left."""
     started = time.perf_counter()
     ctxs = contexts or _contexts(context_limit)
-    plans = [list(FIRST_SIZES if i == 0 else WIDE_SIZES)
-             for i in range(len(ctxs))]
+    extra = [n for n in FIRST_SIZES if n not in WIDE_SIZES]
     reads = [max(0, -(-(c - p) // CHUNK)) for p, c in zip([0, *ctxs], ctxs, strict=False)]
-    total = sum(len(p) * repeats for p in plans) + sum(reads)
+    total = len(WIDE_SIZES) * repeats * len(ctxs) + len(extra) * repeats + sum(reads)
     done = 0
     rb = rollback.for_target(target)
     cache = make_cache(target)
     held = 0  # tokens in the cache
     measured_ctx: list[int] = []
-    sizes: list[list[int]] = []
-    rows: list[list[float]] = []
+    timed: list[dict[int, float]] = []
     read_ms_per_token: float | None = None  # measured on the last full chunk read
-    for ci, (ctx, plan) in enumerate(zip(ctxs, plans, strict=True)):
-        if ci > 0 and _over_budget(started, budget_s, ctx - held, plan, rows[-1], sizes[-1],
-                                   read_ms_per_token, repeats):
+    for ci, ctx in enumerate(ctxs):
+        if ci > 0 and _over_budget(started, budget_s, ctx - held, list(WIDE_SIZES),
+                                   timed[-1], read_ms_per_token, repeats):
             break
         while held < ctx:
             n = min(CHUNK, ctx - held)
@@ -88,27 +92,37 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
             done += 1
             yield Step(done, total)
         times: dict[int, float] = {}
-        # the sizes every row has first; the first row's in-between sizes while time allows
-        core = [n for n in plan if n in WIDE_SIZES]
-        for group in (core, [n for n in plan if n not in WIDE_SIZES]):
-            for _ in range(repeats):
-                for n in group:
-                    if n not in times and group is not core and _past(
-                            started, budget_s, _between(times, n) * repeats):
-                        done += 1
-                        continue
-                    times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
-                    done += 1
-                    yield Step(done, total)
+        for _ in range(repeats):
+            for n in WIDE_SIZES:
+                times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
+                done += 1
+                yield Step(done, total)
+        measured_ctx.append(ctx)
+        timed.append(times)
+    del cache
+    # the first context's in-between sizes, while time allows (a cache read to it again)
+    first = timed[0]
+    cache = make_cache(target)
+    mx.eval(target.model(mx.zeros((1, measured_ctx[0]), mx.uint32), cache=cache))
+    for _ in range(repeats):
+        for n in extra:
+            if n not in first and _past(started, budget_s, _between(first, n) * repeats):
+                done += 1
+                continue
+            first[n] = min(first.get(n, float("inf")), _pass_ms(target, rb, cache, n))
+            done += 1
+            yield Step(done, total)
+    del cache
+    sizes: list[list[int]] = []
+    rows: list[list[float]] = []
+    for times in timed:
         kept = sorted(times)
         top, row = 0.0, []
         for n in kept:  # a wider pass never costs less (timing noise): a running maximum
             top = max(top, times[n])
             row.append(top)
-        measured_ctx.append(ctx)
         sizes.append(kept)
         rows.append(row)
-    del cache
     yield Step(total, total)
     return new_table(target.path, target_key(target.path, target.precision), measured_ctx,
                      sizes, _never_cheaper_later(sizes, rows), time.perf_counter() - started,
@@ -165,15 +179,15 @@ def _between(times: dict[int, float], n: int) -> float:
 
 
 def _over_budget(started: float, budget_s: float, to_read: int, plan: list[int],
-                 last_row: list[float], last_sizes: list[int],
-                 read_ms_per_token: float | None, repeats: int) -> bool:
+                 last: dict[int, float], read_ms_per_token: float | None,
+                 repeats: int) -> bool:
     """Whether reading ``to_read`` more tokens and timing ``plan`` would pass the budget,
     estimated from the last context's times (a longer context only costs more) and the last
     chunk's reading rate (before one was read: the widest pass's rate, which reads fewer
     tokens at a time and so overestimates)."""
-    per_token_ms = read_ms_per_token or last_row[-1] / last_sizes[-1]
-    by_size = dict(zip(last_sizes, last_row, strict=True))
-    sweep_ms = repeats * sum(by_size.get(n, last_row[-1]) for n in plan)
+    widest = max(last)
+    per_token_ms = read_ms_per_token or last[widest] / widest
+    sweep_ms = repeats * sum(last.get(n, last[widest]) for n in plan)
     estimate_s = (to_read * per_token_ms + sweep_ms) / 1e3
     return time.perf_counter() - started + estimate_s > budget_s
 

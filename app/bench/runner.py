@@ -143,7 +143,7 @@ def run_bench(
     prompts = {t.id: _encode(session, t) for t in tasks}
     chats = {t.id: t.messages for t in tasks}
     environment = collect_environment({"target": session.target, "draft": session.draft})
-    if any(kinds.get(c.draft_kind).combines for c in conditions):
+    if any(c.engine == "draftpair" and kinds.get(c.draft_kind).combines for c in conditions):
         # auto starts from the pair's record kept by earlier runs: said, so a reader knows
         environment["auto_record_rounds"] = session.kept_auto_rounds()
     report = BenchReport(

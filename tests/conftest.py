@@ -30,8 +30,9 @@ _data_before: dict[str, str | None] = {}
 
 def _data_folder_of_the_suite() -> Path:
     """A data folder for this run: every entry of the real one (the prepared demo target under
-    ``models``, the demo trainers' folders...) linked in, except ``calibration``, so the speed
-    tables tests measure on their tiny models stay out of this machine's. A test that sets
+    ``models``, the demo trainers' folders...) linked in, except ``calibration`` and
+    ``auto-record``, so the speed tables and auto records of the tests' tiny models stay out
+    of this machine's. A test that sets
     DRAFTPAIR_DATA_DIR itself still gets a folder of its own."""
     from platformdirs import user_data_path
 
@@ -43,7 +44,7 @@ def _data_folder_of_the_suite() -> Path:
         pass
     if real.is_dir():
         for entry in real.iterdir():
-            if entry.name != "calibration":
+            if entry.name not in ("calibration", "auto-record"):
                 (suite / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
     return suite
 

@@ -170,6 +170,22 @@ def test_a_source_not_yet_tried_is_priced_with_what_other_rounds_took():
     assert p.overhead["mtp"] < 0.2  # its own rounds take over from the shared figure
 
 
+def test_rounds_that_run_cheaper_than_the_table_says_lower_its_price():
+    """The table is measured once, at another moment; where the reply's rounds take less
+    than it says against the reply's own plain steps, the rounds are priced as they ran, and
+    a source whose rounds paid by that margin only is chosen over a plain step."""
+    p = policy(cpu_like, {"mtp": 0.25})
+    assert p.choose(room=64, context=100) is None or p.probing  # at the table's price: plain
+    bare = p.round_cost("mtp", 1, 100)
+    p.observe_time(None, 0, 100.0, 100)  # a plain step: 100 ms
+    for _ in range(6):
+        p.observe_time("mtp", 1, 100.0 * (bare - 0.15), 100)  # each round 0.15 steps cheaper
+    assert p.round_cost("mtp", 1, 100) < bare - 0.1
+    assert p.excess < -0.1  # and a source not tried yet is priced so too
+    c = p.choose(room=64, context=100)
+    assert c is not None and c.source == "mtp"
+
+
 def test_a_copy_that_was_not_chosen_still_teaches():
     p = policy(cpu_like, {"mtp": 0.6})
     p.evidence["prompt-lookup"] = Evidence()

@@ -68,11 +68,14 @@ if TYPE_CHECKING:
 EXPLORE = 0.15  # optimism for a source with little evidence: rate + EXPLORE / sqrt(1 + rounds)
 SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
 TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
-OVERHEAD_RANGE = (0.0, 2.0)  # a round's measured cost beyond the model, in plain steps
+# a round's measured cost beyond the model, in plain steps: below zero where the reply's rounds
+# run cheaper than the table says (it was measured at another moment, without a reply's own
+# per-step work in the plain step it divides by), so the table is corrected both ways
+OVERHEAD_RANGE = (-0.25, 2.0)
 # what any round takes beyond the model (the verdict, sampling, the host's work), shared by
 # every source until it has rounds of its own: the median of the last few rounds of any source
 EXCESS_ROUNDS = 5
-EXCESS_RANGE = (0.0, 0.5)
+EXCESS_RANGE = (-0.25, 0.5)
 MAX_TREE_NODES = 16  # a tree round verifies at most this many nodes (the table's widest)
 TREE_OVERHEAD_RANGE = (0.0, 3.0)  # a tree round's measured cost beyond a chain's, in steps
 
@@ -397,7 +400,8 @@ class AutoPolicy:
         self.overhead[source] = 0.0
         modelled = self.round_cost(source, k, context) + self.paying
         excess = min(max(ms / step - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
-        self.excesses = [*self.excesses, min(excess, EXCESS_RANGE[1])][-EXCESS_ROUNDS:]
+        self.excesses = [*self.excesses, min(max(excess, EXCESS_RANGE[0]),
+                                             EXCESS_RANGE[1])][-EXCESS_ROUNDS:]
         self.excess = statistics.median([*self.excesses, *[0.0] * (3 - len(self.excesses))])
         # from what rounds of any source took, moved a little: one round that met a pause
         # does not shut a source out of the reply

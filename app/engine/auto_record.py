@@ -95,7 +95,7 @@ class RecordStore:
         """Keep ``record`` for ``target``, merged into what is kept for drafters not in it (a
         draft folder loaded before keeps its record); a write that fails keeps nothing."""
         path = self.path_for(target)
-        if path is None:
+        if path is None or not record:
             return
         merged = self.load(target)
         for regime, sources in record.items():

@@ -290,3 +290,29 @@ def test_copies_are_judged_by_how_long_they_are():
     assert long is not None and long.width >= 4
     assert copy_key("prompt-lookup", 2) != copy_key("prompt-lookup", 12)
     assert copy_key("suffix", 4) == copy_key("suffix", 5)
+
+
+def test_host_work_of_every_step_makes_a_wide_pass_cheaper_and_is_kept_for_the_pair():
+    """The table times the target's pass alone; a reply's step also does the host's work
+    (sampling, bookkeeping) once, however wide. Timed from the plain steps, it prices a pass
+    in the reply's own steps, (T(k+1) + h) / (T(1) + h): rounds grow wider, and the pair's
+    next request starts from it."""
+    memory = Memory()
+
+    def request() -> AutoPolicy:
+        return AutoPolicy({"dflash": 16}, verify_cost=cpu_like,
+                          evidence={"dflash": taught(0.7)}, step_ms_at=lambda context: 60.0,
+                          host=memory.host)
+
+    p = request()
+    before = p.choose(room=64, context=100)
+    assert p.pass_cost(9, 100) == cpu_like(9, 100)  # nothing timed: the table as it is
+    for _ in range(10):
+        p.observe_time(None, 0, 90.0, 100)  # plain steps of 90 ms: 30 beyond the table's pass
+    assert memory.host.ms is not None and abs(memory.host.ms - 30.0) < 1e-6
+    assert abs(p.pass_cost(9, 100) - (cpu_like(9, 100) * 60.0 + 30.0) / 90.0) < 1e-9
+    assert p.pass_cost(1, 100) == 1.0
+    after = p.choose(room=64, context=100)
+    assert before is not None and after is not None and after.width > before.width
+    first = request().choose(room=64, context=100)  # the next request, before any step of its own
+    assert first is not None and first.width == after.width

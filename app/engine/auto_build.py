@@ -179,7 +179,8 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
                       catch_up=catch_up, trees=trees, tree_host=0.0 if flat else tree_build.ONE_PASS_OVERHEAD,
                       second_pass=again, learn_time=not flat,
                       history=None if flat else session.auto_memory.history(req.sampling),
-                      step_ms_at=cal.step_ms if cal is not None and not flat else None)
+                      step_ms_at=cal.step_ms if cal is not None and not flat else None,
+                      host=session.auto_memory.host)
 
 
 def unavailable(session: Session, req: GenerationRequest | None) -> str | None:

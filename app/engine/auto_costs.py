@@ -5,6 +5,7 @@ that feeds the tokens it missed pays for them at its next proposal."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 VerifyCost = Callable[[int, int], float]  # (tokens in the pass, context) -> plain steps
 
@@ -30,6 +31,17 @@ def remembered(cost: VerifyCost) -> VerifyCost:
         return v
 
     return cached
+
+
+@dataclass
+class HostWork:
+    """What a reply's plain step takes beyond the target's pass in the table (sampling, the
+    host's bookkeeping between passes), in milliseconds; ``None`` before any was timed. Every
+    step pays it once, a round as a plain step, so a wide pass costs fewer of the reply's own
+    plain steps than the table's ratio says. Kept with the pair: a request starts from what the
+    last one measured."""
+
+    ms: float | None = None
 
 
 CatchUp = Callable[[int, int], float]  # (tokens missed, context) -> plain steps

@@ -14,9 +14,10 @@ agrees with this target, little enough that a few rounds of its own overrule it)
 The history is kept per way of sampling (greedy, or each temperature): a copy that is
 right eight times in ten at temperature 0 is right far less often when the target samples at
 0.7, and a record that mixed them would send a sampled request into rounds that do not pay.
-Measured costs are not carried: a source's overhead is learnt from its own rounds, and one
+A source's measured overhead is not carried: it is learnt from its own rounds, and one
 carried from a request where a round met a pause would keep it from being chosen, so never
-measured again. The history lives while the pair is loaded (``Session`` makes a new
+measured again. What every plain step takes beyond the target's pass (``host``, the
+machine's, not a source's) is carried, so a request prices its first rounds with it. The history lives while the pair is loaded (``Session`` makes a new
 ``Memory`` with each target and draft) and is kept on disk between runs (``auto_record``):
 ``restore`` starts each source from what was kept for its drafter, ``export`` gives what to
 keep, both under the drafters' own names (``Session.drafter_key``).
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from app.engine.auto_costs import HostWork
 from app.engine.auto_evidence import PRIOR_RATE, PRIOR_WEIGHT, RUNNER_PRIOR, Evidence
 from app.engine.auto_record import split_key
 from app.engine.events import SamplingParams
@@ -93,6 +95,7 @@ class Memory:
         self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
         self._histories: dict[str, History] = {}
         self._restored: set[str] = set()  # drafter keys whose kept record was read
+        self.host = HostWork()  # a plain step's work beyond the target's pass, as last timed
 
     @staticmethod
     def regime(sampling: SamplingParams) -> str:

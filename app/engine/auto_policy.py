@@ -6,7 +6,11 @@ accepted when the ones before it were, as decayed counts on a prior. A round of 
 proposals then yields on average ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_k`` tokens and costs
 ``verify_cost(k + 1, context) + drafter_cost(k) + overhead`` plain steps, the verify cost read
 from this machine's calibration table at the context the reply is at (a pass over more tokens
-costs more, and more with a longer context). A plain step yields one token for one step.
+costs more, and more with a longer context). A plain step yields one token for one step. The
+table times the target's pass alone; a reply's step also does the host's work (sampling, the
+bookkeeping between passes), once per step whatever its width, so the pass is priced in the
+reply's own steps (``pass_cost``): ``(T(k + 1) + h) / (T(1) + h)``, ``h`` timed from the plain
+steps and kept for the pair (``HostWork``).
 
 ``choose`` takes the source and width with the most expected tokens per plain step; when no
 source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
@@ -59,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.engine.auto_costs import CatchUp, VerifyCost
+from app.engine.auto_costs import CatchUp, HostWork, VerifyCost
 from app.engine.auto_evidence import PRIOR_RATE, Evidence, copy_key, expected_tokens
 
 if TYPE_CHECKING:
@@ -99,7 +103,8 @@ class AutoPolicy:
                  trees: frozenset[str] = frozenset(), tree_host: float = 0.0,
                  second_pass: bool = False, learn_time: bool = True,
                  history: History | None = None,
-                 step_ms_at: Callable[[int], float] | None = None):
+                 step_ms_at: Callable[[int], float] | None = None,
+                 host: HostWork | None = None):
         """``widths``: each source's widest round; ``draft_cost[source](k)``: proposing ``k``
         in plain steps; ``evidence``: a chat's evidence, updated in place; ``catch_up[source]``:
         what feeding the tokens it missed costs it (sources that feed them at their next
@@ -110,7 +115,8 @@ class AutoPolicy:
         the table alone); ``history``: the pair's record, where a source new to ``evidence``
         starts and where every observation is also kept; ``step_ms_at(context)``: this
         machine's plain step in milliseconds (the table's), which rounds are timed against
-        until the reply has taken plain steps of its own."""
+        until the reply has taken plain steps of its own; ``host``: what a plain step takes
+        beyond that (the pair's, updated as plain steps are timed)."""
         self.widths = dict(widths)
         self.verify_cost = verify_cost
         self.draft_cost = dict(draft_cost or {})
@@ -131,6 +137,8 @@ class AutoPolicy:
         self.probing = False
         self.step_ms: float | None = None  # the reply's own plain steps, as they run
         self.step_ms_at = step_ms_at
+        self.host = host if host is not None else HostWork()
+        self._share: tuple[int, float | None, float] = (-1, None, 1.0)  # (context, host, share)
         self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
         self.excesses: list[float] = []  # the last rounds' cost beyond the model, any source
         # what a round of any source has taken beyond the model lately (plain steps): their
@@ -148,13 +156,32 @@ class AutoPolicy:
         cost = self.draft_cost.get(source)
         return max(0.0, cost(k)) if cost is not None and k > 0 else 0.0
 
+    def pass_cost(self, n: int, context: int) -> float:
+        """A target pass over ``n`` tokens in the reply's own plain steps: the table's pass
+        plus the host work every step pays once (``host``), over a plain step that pays it
+        too, so the host work makes a wide pass relatively cheaper."""
+        v = self.verify_cost(n, context)
+        return 1.0 + (v - 1.0) * self._model_share(context) if v > 1.0 else v
+
+    def _model_share(self, context: int) -> float:
+        """The share of a reply's plain step that is the target's pass (1 before any host
+        work was timed, or without the table's step time)."""
+        if self.step_ms_at is None or not self.host.ms:
+            return 1.0
+        at, host, share = self._share
+        if at != context or host != self.host.ms:
+            step = self.step_ms_at(context)
+            share = step / (step + self.host.ms) if step > 0 else 1.0
+            self._share = (context, self.host.ms, share)
+        return share
+
     def round_cost(self, source: str, k: int, context: int, nodes: int = 0) -> float:
         """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``);
         ``nodes > k``: a tree of that many nodes grown from them."""
         if k <= 0:
             return 1.0
         tree = self.tree_extra(source, k, context) if nodes > k else 0.0
-        return max(1.0, self.verify_cost(max(k, nodes) + 1, context) + self.drafting(source, k)
+        return max(1.0, self.pass_cost(max(k, nodes) + 1, context) + self.drafting(source, k)
                    + self.overhead_of(source) + tree)
 
     def overhead_of(self, source: str) -> float:
@@ -171,7 +198,7 @@ class AutoPolicy:
         measured = self.tree_overhead.get(source)
         if measured is not None:
             return measured
-        return self.tree_host + (self.verify_cost(k + 1, context) if self.second_pass else 0.0)
+        return self.tree_host + (self.pass_cost(k + 1, context) if self.second_pass else 0.0)
 
     def owed(self, source: str, context: int) -> float:
         """What ``source``'s next proposal pays first to feed the tokens it missed."""
@@ -251,7 +278,7 @@ class AutoPolicy:
                      rates: list[float]) -> dict[tuple[int, int], float]:
         """The value of each tree shape (chain length, nodes) at these rates."""
         runner = self.evidence[source].runner_rates()
-        verify = [self.verify_cost(n, context) for n in range(MAX_TREE_NODES + 2)]
+        verify = [self.pass_cost(n, context) for n in range(MAX_TREE_NODES + 2)]
         base = self.overhead_of(source)
         out: dict[tuple[int, int], float] = {}
         for k in range(1, k_max + 1):
@@ -382,14 +409,19 @@ class AutoPolicy:
         if source is None or k <= 0:
             self.step_ms = ms if self.step_ms is None else (
                 (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
+            if self.step_ms_at is not None:  # beyond the table's pass: at most a pass more
+                table = self.step_ms_at(context)
+                host = min(max(ms - table, 0.0), table)
+                self.host.ms = host if self.host.ms is None else (
+                    (1 - TIME_WEIGHT) * self.host.ms + TIME_WEIGHT * host)
             return
         step = self.step_ms or (self.step_ms_at(context) if self.step_ms_at else None)
         if not step:
             return
         if nodes > k:  # what the tree added beyond the pass over its nodes
-            chain_part = (self.round_cost(source, k, context) - self.verify_cost(k + 1, context)
+            chain_part = (self.round_cost(source, k, context) - self.pass_cost(k + 1, context)
                           + self.paying)
-            extra = ms / step - self.verify_cost(nodes + 1, context) - chain_part
+            extra = ms / step - self.pass_cost(nodes + 1, context) - chain_part
             extra = min(max(extra, TREE_OVERHEAD_RANGE[0]), TREE_OVERHEAD_RANGE[1])
             old = self.tree_overhead.get(source)
             self.tree_overhead[source] = extra if old is None else (

@@ -129,7 +129,7 @@ class AutoSource(ProposalSource):
         # copies found this step but not chosen: scored against what the step commits
         self.unused: dict[str, list[int]] = {}
         self.found: dict[str, int] = {}  # this step's copies: each one's length before a cut
-        self.budgets = {m.name: NodeBudget(policy.verify_cost, max_nodes=MAX_TREE_NODES)
+        self.budgets = {m.name: NodeBudget(policy.pass_cost, max_nodes=MAX_TREE_NODES)
                         for m in members if m.trees}
         for name in self.budgets:
             self.members[name].drafter.keep_dist = True

@@ -68,7 +68,7 @@ def test_sampled_trees_keep_the_distribution(session, monkeypatch):
     assert kind is not None and session.target is not None
     prompt = sc.PROMPT[:8]
     sampling = SamplingParams(temperature=1.0, top_k=3)
-    length, n = 3, 900
+    length, n = 3, 600
     exact = _exact_sequence_probs(session.target, list(prompt), sampling, length)
 
     def sample(n: int) -> tuple[Counter, int]:

@@ -131,7 +131,7 @@ def test_sampled_trees_keep_the_distribution(pairs, trained, monkeypatch):  # no
     assert kind is not None and s.target is not None
     prompt = sc.PROMPT[:8]
     sampling = SamplingParams(temperature=1.0, top_k=3)
-    length, n = 3, 900
+    length, n = 3, 600
     exact = _exact_sequence_probs(s.target, list(prompt), sampling, length)
 
     def sample(n: int) -> tuple[Counter, int]:

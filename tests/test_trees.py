@@ -122,7 +122,7 @@ def test_sampled_trees_keep_the_distribution(family_dirs, monkeypatch):
     s.load_draft(perturbed)
     prompt_ids = s.target.tokenizer.encode("The dog sat")
     sampling = SamplingParams(temperature=1.0, top_k=3)
-    length, n = 3, 1200
+    length, n = 3, 800
     exact = _exact_sequence_probs(s.target, prompt_ids, sampling, length)
 
     def sample(n: int) -> tuple[Counter, int]:

@@ -6,6 +6,7 @@ from app.engine.auto_costs import catch_up_cost
 from app.engine.auto_evidence import Evidence, copy_key, expected_tokens
 from app.engine.auto_memory import Memory
 from app.engine.auto_policy import AutoPolicy
+from app.engine.events import SamplingParams
 
 
 def flat(n: int, context: int) -> float:
@@ -296,23 +297,27 @@ def test_host_work_of_every_step_makes_a_wide_pass_cheaper_and_is_kept_for_the_p
     """The table times the target's pass alone; a reply's step also does the host's work
     (sampling, bookkeeping) once, however wide. Timed from the plain steps, it prices a pass
     in the reply's own steps, (T(k+1) + h) / (T(1) + h): rounds grow wider, and the pair's
-    next request starts from it."""
+    next request that samples the same way starts from it."""
     memory = Memory()
+    greedy = SamplingParams()
 
-    def request() -> AutoPolicy:
+    def request(sampling: SamplingParams = greedy) -> AutoPolicy:
         return AutoPolicy({"dflash": 16}, verify_cost=cpu_like,
                           evidence={"dflash": taught(0.7)}, step_ms_at=lambda context: 60.0,
-                          host=memory.host)
+                          host=memory.host(sampling))
 
     p = request()
     before = p.choose(room=64, context=100)
     assert p.pass_cost(9, 100) == cpu_like(9, 100)  # nothing timed: the table as it is
     for _ in range(10):
         p.observe_time(None, 0, 90.0, 100)  # plain steps of 90 ms: 30 beyond the table's pass
-    assert memory.host.ms is not None and abs(memory.host.ms - 30.0) < 1e-6
+    timed = memory.host(greedy).ms
+    assert timed is not None and abs(timed - 30.0) < 1e-6
     assert abs(p.pass_cost(9, 100) - (cpu_like(9, 100) * 60.0 + 30.0) / 90.0) < 1e-9
     assert p.pass_cost(1, 100) == 1.0
     after = p.choose(room=64, context=100)
     assert before is not None and after is not None and after.width > before.width
     first = request().choose(room=64, context=100)  # the next request, before any step of its own
     assert first is not None and first.width == after.width
+    sampled = request(SamplingParams(temperature=0.7))  # drawing tokens: its own host work
+    assert sampled.pass_cost(9, 100) == cpu_like(9, 100)

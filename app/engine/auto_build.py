@@ -180,7 +180,7 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
                       second_pass=again, learn_time=not flat,
                       history=None if flat else session.auto_memory.history(req.sampling),
                       step_ms_at=cal.step_ms if cal is not None and not flat else None,
-                      host=session.auto_memory.host)
+                      host=session.auto_memory.host(req.sampling))
 
 
 def unavailable(session: Session, req: GenerationRequest | None) -> str | None:

@@ -16,9 +16,10 @@ right eight times in ten at temperature 0 is right far less often when the targe
 0.7, and a record that mixed them would send a sampled request into rounds that do not pay.
 A source's measured overhead is not carried: it is learnt from its own rounds, and one
 carried from a request where a round met a pause would keep it from being chosen, so never
-measured again. What every plain step takes beyond the target's pass (``host``, the
-machine's, not a source's) is carried, so a request prices its first rounds with it. The history lives while the pair is loaded (``Session`` makes a new
-``Memory`` with each target and draft) and is kept on disk between runs (``auto_record``):
+measured again. What every plain step takes beyond the target's pass (``host``: the
+machine's, not a source's; per way of sampling, since drawing a token costs more than taking
+the top one) is carried, so a request prices its first rounds with it. The history lives while
+the pair is loaded (``Session`` makes a new ``Memory`` with each target and draft) and is kept on disk between runs (``auto_record``):
 ``restore`` starts each source from what was kept for its drafter, ``export`` gives what to
 keep, both under the drafters' own names (``Session.drafter_key``).
 """
@@ -95,12 +96,17 @@ class Memory:
         self._chats: OrderedDict[str, dict[str, Evidence]] = OrderedDict()
         self._histories: dict[str, History] = {}
         self._restored: set[str] = set()  # drafter keys whose kept record was read
-        self.host = HostWork()  # a plain step's work beyond the target's pass, as last timed
+        self._hosts: dict[str, HostWork] = {}  # a plain step's work beyond the target's pass
 
     @staticmethod
     def regime(sampling: SamplingParams) -> str:
         """How a request samples, as the pair's record tells them apart."""
         return "greedy" if sampling.greedy else f"temperature {sampling.temperature:.1f}"
+
+    def host(self, sampling: SamplingParams) -> HostWork:
+        """What a plain step of requests that sample as ``sampling`` does took beyond the
+        target's pass, as last timed."""
+        return self._hosts.setdefault(self.regime(sampling), HostWork())
 
     def history(self, sampling: SamplingParams) -> History:
         """The pair's record for requests that sample as ``sampling`` does."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app.engine.auto_evidence import Evidence
 from app.engine.auto_memory import Memory
-from app.engine.auto_record import RecordStore
+from app.engine.auto_record import RecordStore, evidence_to_dict
 from app.engine.calibration import CalibrationStore, new_table
 from app.engine.events import DoneEvent, GenerationRequest, SamplingParams
 from app.engine.session import Session
@@ -41,6 +41,24 @@ def test_a_record_reads_back_as_it_was_kept_and_a_bad_file_is_a_record_of_nothin
         path.write_text(bad)
         assert store.load("target-a") == {}
     assert RecordStore(None).load("target-a") == {}
+
+
+def test_a_record_of_the_format_before_is_read_without_its_copy_classes(tmp_path):
+    """Copy classes were once by a copy's length, now by its match: a record kept before
+    keeps each source's own evidence and drops its classes, which meant something else."""
+    store = RecordStore(tmp_path / "auto-record")
+    path = store.path_for("target-a")
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    mtp, copies = _evidence(10, 7), _evidence(6, 6)
+    path.write_text(json.dumps({"format": 1, "target": "target-a", "regimes": {"greedy": {
+        "mtp": evidence_to_dict(mtp), "prompt-lookup": evidence_to_dict(copies),
+        "prompt-lookup#3": evidence_to_dict(copies)}}}))
+    back = store.load("target-a")
+    assert back == {"greedy": {"mtp": mtp, "prompt-lookup": copies}}
+    store.save("target-a", {"greedy": {"prompt-lookup#3": _evidence(2, 0)}})
+    assert json.loads(path.read_text())["format"] == 2  # written again in today's format
+    assert set(store.load("target-a")["greedy"]) == {"mtp", "prompt-lookup", "prompt-lookup#3"}
 
 
 def test_sources_are_read_back_only_for_the_same_drafter_and_never_over_what_ran_since():

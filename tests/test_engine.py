@@ -527,6 +527,10 @@ def test_ngram_index_finds_latest_earlier_occurrence():
     idx.extend([1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 1, 2, 3])
     cont, n = idx.lookup(3)
     assert n == 3 and cont == [5, 7, 1]
+    # the match is measured back past the n-gram while the tokens before both agree
+    idx3 = NgramIndex(2, 3)
+    idx3.extend([8, 6, 4, 1, 2, 3, 5, 9, 6, 4, 1, 2, 3])
+    assert idx3.lookup(2) == ([5, 9], 5)
     idx2 = NgramIndex(2, 3)
     idx2.extend([1, 2, 3, 4])
     assert idx2.lookup(3) == ([], 0)

@@ -50,7 +50,7 @@ class History:
 
     def forget(self, source: str) -> None:
         """Drop ``source``'s record (another drafter of that kind was loaded), its copies'
-        length classes included."""
+        match classes included."""
         for key in [k for k in self.evidence if k == source or k.startswith(source + "#")]:
             del self.evidence[key]
 

@@ -239,7 +239,7 @@ class AutoPolicy:
     def best(self, source: str, k_max: int, context: int,
              key: str | None = None) -> tuple[int, float]:
         """The width (at most ``k_max``) ``source`` would draft at, and its hopeful value
-        (``key``: the evidence to read, a copy's length class; default the source's own).
+        (``key``: the evidence to read, a copy's match class; default the source's own).
 
         Optimism decides whether a source is tried, not how wide: the width is the one its
         evidence says pays best, so trying a source whose rates are a guess costs a narrow
@@ -297,20 +297,23 @@ class AutoPolicy:
 
     # -- the choice ---------------------------------------------------------------------
     def choose(self, room: int, context: int, *, fixed: dict[str, int] | None = None,
+               matched: dict[str, int] | None = None,
                absent: frozenset[str] = frozenset()) -> Choice | None:
         """The round to run with at most ``room`` proposals (None: a plain step).
 
         ``fixed``: sources whose proposal is already known (a copy of ``k`` tokens), valued
-        at the width up to ``k`` that its evidence says pays best (the copy is cut there);
-        ``absent``: sources with nothing to offer this step."""
+        at the width up to ``k`` that its evidence says pays best (the copy is cut there),
+        the evidence of its match's class (``matched``: the copy's match, ``copy_match``;
+        0 where not given); ``absent``: sources with nothing to offer this step."""
         fixed = fixed or {}
+        matched = matched or {}
         best: Choice | None = None
         for name in self.widths:
             if name in absent:
                 continue
             if name in fixed:  # a copy: sent whole or cut where its evidence says it pays
                 k, v = self.best(name, min(fixed[name], room), context,
-                                 key=self._copy_evidence(name, fixed[name]))
+                                 key=self._copy_evidence(name, matched.get(name, 0)))
             else:
                 k, v = self.best(name, room, context)
                 tk, nodes, tv = self.best_tree(name, room, context)
@@ -355,22 +358,22 @@ class AutoPolicy:
 
     # -- evidence -----------------------------------------------------------------------
     def observe(self, source: str, proposed: int, accepted: int,
-                found: int | None = None) -> None:
-        """A verified round of ``proposed`` of ``source``'s proposals (``found``: a copy's
-        length before it was cut: its length class's evidence learns too)."""
+                matched: int | None = None) -> None:
+        """A verified round of ``proposed`` of ``source``'s proposals (``matched``: a copy's
+        match: its class's evidence learns too)."""
         if self.probing:  # a probe that did not make drafting pay again: wait longer
             self.probe_interval = min(self.probe_interval * 2, self.probe_max)
-        self._learn(source, proposed, accepted, found)
+        self._learn(source, proposed, accepted, matched)
 
     def observe_unused(self, source: str, proposed: int, accepted: int,
-                       found: int | None = None) -> None:
+                       matched: int | None = None) -> None:
         """A proposal that was found but not verified (a copy another source beat), scored
         against the tokens the step committed: as many of its tokens as the step committed
         are compared, so a copy that agreed with all of them is not counted as missing."""
-        self._learn(source, proposed, accepted, found)
+        self._learn(source, proposed, accepted, matched)
 
-    def _learn(self, source: str, proposed: int, accepted: int, found: int | None) -> None:
-        keys = [source] if found is None else [source, self._copy_evidence(source, found)]
+    def _learn(self, source: str, proposed: int, accepted: int, matched: int | None) -> None:
+        keys = [source] if matched is None else [source, self._copy_evidence(source, matched)]
         for key in keys:
             ev = self.evidence.get(key)
             if ev is not None:
@@ -378,11 +381,11 @@ class AutoPolicy:
                 if self.history is not None:
                     self.history.observe(key, proposed, accepted)
 
-    def _copy_evidence(self, source: str, found: int) -> str:
-        """The evidence key of ``source``'s copies of ``found`` tokens, made on first use: its
-        prior is what the source's copies of any length do now, moved by the pair's record of
-        that class where it has one."""
-        key = copy_key(source, found)
+    def _copy_evidence(self, source: str, matched: int) -> str:
+        """The evidence key of ``source``'s copies after a match of ``matched`` tokens, made on
+        first use: its prior is what the source's copies of any match do now, moved by the
+        pair's record of that class where it has one."""
+        key = copy_key(source, matched)
         if key not in self.evidence:
             own = self.evidence.get(source)
             prior = own.rates(1)[0] if own is not None else PRIOR_RATE

@@ -8,7 +8,7 @@ in the user data folder, beside the calibration table, one small JSON file per t
 Sources are kept under their drafter's own name (``Session.drafter_key``: the kind and the
 fingerprint of the folder it was loaded from), so a record is read back only for the same
 drafter: another draft folder starts from the prior, and the record of the old one stays
-for when it is loaded again. A copy's length classes go with their source (``name#class``).
+for when it is loaded again. A copy's match classes go with their source (``name#class``).
 Only the evidence is kept, never measured costs (those are learnt again from the request's own
 rounds, see ``auto_memory``). A missing, unreadable or foreign file is a record of nothing.
 """
@@ -22,7 +22,10 @@ from typing import Any
 
 from app.engine.auto_evidence import Evidence
 
-FORMAT = 1
+FORMAT = 2
+# a record of the format before: its copy classes were by the copy's length, not its match
+# (read without them; each source's own evidence is kept)
+OLD_FORMATS = (1,)
 FOLDER = "auto-record"
 FIELDS = ("prior", "reached", "hits", "seen", "seen_hits", "misses", "runner")
 
@@ -82,11 +85,13 @@ class RecordStore:
             return {}
         try:
             raw = json.loads(path.read_text())
-            if raw.get("format") != FORMAT or raw.get("target") != target:
+            old = raw.get("format") in OLD_FORMATS
+            if (raw.get("format") != FORMAT and not old) or raw.get("target") != target:
                 return {}
             out: dict[str, dict[str, Evidence]] = {}
             for regime, sources in raw["regimes"].items():
-                out[str(regime)] = {str(k): evidence_from_dict(v) for k, v in sources.items()}
+                out[str(regime)] = {str(k): evidence_from_dict(v) for k, v in sources.items()
+                                    if not (old and split_key(str(k))[1])}
             return out
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return {}  # unreadable: the record starts again

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from app.engine import sampling as sm
-from app.engine.auto_evidence import RUNNER_PRIOR
+from app.engine.auto_evidence import RUNNER_PRIOR, copy_match
 from app.engine.auto_policy import MAX_TREE_NODES, AutoPolicy
 from app.engine.drafters.base import Drafter
 from app.engine.events import RULE_REJECTION, RULE_SAMPLE_MATCH, SamplingParams
@@ -128,7 +128,8 @@ class AutoSource(ProposalSource):
         self.context = 0
         # copies found this step but not chosen: scored against what the step commits
         self.unused: dict[str, list[int]] = {}
-        self.found: dict[str, int] = {}  # this step's copies: each one's length before a cut
+        self.matched: dict[str, int] = {}  # this step's copies: each one's match (``copy_match``)
+        self.prompt_len = 0
         self.budgets = {m.name: NodeBudget(policy.pass_cost, max_nodes=MAX_TREE_NODES)
                         for m in members if m.trees}
         for name in self.budgets:
@@ -136,6 +137,7 @@ class AutoSource(ProposalSource):
         self.chain: Proposal | None = None  # this round's chain with its distribution
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
+        self.prompt_len = len(prompt)
         # a tree's branches would each need their own penalty history: chains then
         if sm.make_processors(sampling):
             self.auto.trees = frozenset()
@@ -162,11 +164,12 @@ class AutoSource(ProposalSource):
                     found[m.name] = p
                 else:
                     absent.add(m.name)
+        self.matched = {n: copy_match(p.match, self.context - self.prompt_len)
+                        for n, p in found.items()}
         choice = self.auto.choose(room, self.context, fixed={n: p.k for n, p in found.items()},
-                                  absent=frozenset(absent))
+                                  matched=self.matched, absent=frozenset(absent))
         self.unused = {n: [int(t) for t in p.tokens.tolist()]  # type: ignore[union-attr, arg-type]
                        for n, p in found.items() if choice is None or n != choice.source}
-        self.found = {n: p.k for n, p in found.items()}
         if choice is None:
             return None
         m = self.members[choice.source]
@@ -175,7 +178,7 @@ class AutoSource(ProposalSource):
                 and proposal.q is None and proposal.dist is None:
             # a copy cut where its evidence says the rest would not pay
             proposal = Proposal(tokens=proposal.tokens[: choice.width],
-                                draft_ms=proposal.draft_ms)
+                                draft_ms=proposal.draft_ms, match=proposal.match)
         if proposal is None:
             k = choice.width
             if m.drafter.stops_early and not choice.probe:
@@ -206,7 +209,7 @@ class AutoSource(ProposalSource):
 
     def judged(self, pick: Pick, accepted: int, path: tuple[int, ...] | None = None) -> None:
         chain, on_chain = pick.proposal.drafted(path, accepted)  # a tree: its drafter's chain
-        self.auto.observe(pick.source, chain.k, on_chain, found=self.found.get(pick.source))
+        self.auto.observe(pick.source, chain.k, on_chain, matched=self.matched.get(pick.source))
 
     def observe(self, committed: list[int], pick: Pick | None, accepted: int,
                 new_tokens: list[int], hidden: Hidden | None,
@@ -224,7 +227,7 @@ class AutoSource(ProposalSource):
             n = min(len(tokens), len(new_tokens))
             hit = next((i for i in range(n) if tokens[i] != new_tokens[i]), n)
             if n > 0:
-                self.auto.observe_unused(name, n, hit, found=len(tokens))
+                self.auto.observe_unused(name, n, hit, matched=self.matched.get(name, 0))
         self.unused = {}
 
     def _runner_up(self, source: str, chain: Proposal, depth: int,

@@ -33,6 +33,9 @@ class Proposal:
     # being on the accepted path, as the drafter estimates it; the round's budget keeps the
     # first nodes that pay (nodes past the spine are listed most probable first)
     reach: tuple[float, ...] | None = None
+    # a copy (prompt lookup, suffix decoding): how many tokens before it agree with the text
+    # it was copied from (0: not a copy)
+    match: int = 0
 
     def drafted(self, path: tuple[int, ...] | None, accepted: int) -> tuple[Proposal, int]:
         """What the drafter proposed and how much of it was accepted: a tree grown from the

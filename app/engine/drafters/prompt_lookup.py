@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from app.engine.drafter_context import DrafterContext
 
 
+MAX_MATCH = 32  # a match is measured back at most this far
+
+
 class NgramIndex:
     """Latest end position of every n-gram (ngram_min..ngram_max) of a growing sequence."""
 
@@ -46,7 +49,9 @@ class NgramIndex:
                 self.latest[tuple(self.tokens[start : end - 1])] = end - 1
 
     def lookup(self, k: int) -> tuple[list[int], int]:
-        """Continuation (up to ``k`` tokens) of the longest matching suffix, and its n."""
+        """Continuation (up to ``k`` tokens) of the longest matching n-gram, and how far the
+        match runs back (its n, and beyond it while the tokens before both agree, at most
+        ``MAX_MATCH``): a copy after a long match is right far more often than after a pair."""
         toks = self.tokens
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
             if len(toks) < n:
@@ -55,7 +60,11 @@ class NgramIndex:
             if end is not None:
                 cont = toks[end : end + k]
                 if cont:
-                    return cont, n
+                    match = n
+                    while (match < MAX_MATCH and end - match - 1 >= 0
+                           and toks[end - match - 1] == toks[-match - 1]):
+                        match += 1
+                    return cont, match
         return [], 0
 
 
@@ -97,7 +106,7 @@ class PromptLookupDrafter(Drafter):
     def propose(self, committed: list[int], k: int) -> Proposal | None:
         if k <= 0:
             return None
-        cont, n = self.index.lookup(k)
+        cont, match = self.index.lookup(k)
         if self.paused:
             self.shadow = cont
             return None
@@ -105,9 +114,9 @@ class PromptLookupDrafter(Drafter):
             return None
         if self.adaptive:
             # a match of the longest n-gram size is strong evidence of copying: go wide
-            width = self.width or (k if n >= self.ngram_max else self.start_width)
+            width = self.width or (k if match >= self.ngram_max else self.start_width)
             cont = cont[: min(k, width)]
-        return Proposal(tokens=mx.array(cont, dtype=mx.uint32))
+        return Proposal(tokens=mx.array(cont, dtype=mx.uint32), match=match)
 
     def observe(
         self,

@@ -149,7 +149,8 @@ class SuffixDrafter(PromptLookupDrafter):
             return chain
         self._tree = tree
         return Proposal(tokens=mx.array(tree.tokens, dtype=mx.uint32), parents=tree.parents,
-                        spine=tree.spine, reach=tree.reach, draft_ms=chain.draft_ms)
+                        spine=tree.spine, reach=tree.reach, draft_ms=chain.draft_ms,
+                        match=chain.match)
 
     def observe(self, committed: list[int], proposal: Proposal | None, accepted: int,
                 new_tokens: list[int], hidden: Any = None) -> None:

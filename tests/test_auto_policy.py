@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.engine.auto_costs import catch_up_cost
+from app.engine.auto_costs import HostWork, catch_up_cost
 from app.engine.auto_evidence import Evidence, copy_key, copy_match, expected_tokens
 from app.engine.auto_memory import Memory
 from app.engine.auto_policy import AutoPolicy
@@ -297,6 +297,28 @@ def test_copies_are_judged_by_how_far_their_match_runs():
     # the chat's turn opening matches an earlier turn's: at the reply's start it is no match
     assert copy_match(7, reply=0) == 0 and copy_match(7, reply=30) == 7
     assert copy_key("prompt-lookup", copy_match(7, reply=0)) != copy_key("prompt-lookup", 7)
+
+
+def test_a_round_is_timed_against_a_whole_step_not_the_tables_pass_alone():
+    """What a round takes beyond its price is its source's overhead; the step it is divided
+    by is a whole plain step (the table's pass and the host work), so a round that costs
+    exactly its price shows none. Before any plain step was ever timed, the first round's
+    time beyond its pass is taken for the host work (a source's overhead is guessed as none)."""
+    table_ms, host_ms = 60.0, 15.0
+    round_ms = table_ms * cpu_like(2, 100) + host_ms  # a round of one: its pass + host work
+    known = HostWork()
+    known.ms = host_ms  # the pair's earlier request timed it
+    for host in (known, HostWork()):
+        p = AutoPolicy({"mtp": 16}, verify_cost=cpu_like, evidence={"mtp": taught(0.5)},
+                       step_ms_at=lambda context: table_ms, host=host)
+        for _ in range(5):
+            p.observe_time("mtp", 1, round_ms, 100)
+        assert host.ms is not None and abs(host.ms - host_ms) < 1e-6
+        assert abs(p.overhead_of("mtp")) < 1e-6 and abs(p.excess) < 1e-6
+        assert abs(p.round_cost("mtp", 1, 100) - round_ms / (table_ms + host_ms)) < 1e-6
+        # a round that really takes more shows it
+        p.observe_time("mtp", 1, round_ms + 0.5 * (table_ms + host_ms), 100)
+        assert 0.05 < p.overhead_of("mtp") < 0.5
 
 
 def test_host_work_of_every_step_makes_a_wide_pass_cheaper_and_is_kept_for_the_pair():

@@ -175,6 +175,28 @@ class AutoPolicy:
             self._share = (context, self.host.ms, share)
         return share
 
+    def _table_step(self, context: int) -> float | None:
+        """A plain step as the reply would take it before it has taken one: the table's pass
+        and the host work every step pays (the pair's, as last timed). Timing a round against
+        the pass alone would take the host work for the round's own overhead: every source
+        would look half a step dearer than it is until the reply's first plain step."""
+        if self.step_ms_at is None:
+            return None
+        return self.step_ms_at(context) + (self.host.ms or 0.0)
+
+    def _host_from_round(self, source: str, k: int, ms: float, context: int) -> float | None:
+        """The host work a round of ``k`` shows when no plain step was ever timed (a fresh
+        start whose replies draft from their first step), its source's own overhead taken as
+        none, the neutral guess: the round took ``T v + h + (d + c)(T + h)`` with ``T`` the
+        table's step, ``v`` its pass over ``k + 1`` tokens, ``d`` the drafting and ``c`` the
+        catch-up it paid, in steps. At most a pass, as timed from plain steps."""
+        if self.step_ms_at is None:
+            return None
+        table = self.step_ms_at(context)
+        extra = self.drafting(source, k) + self.paying
+        host = (ms - table * self.verify_cost(k + 1, context) - extra * table) / (1.0 + extra)
+        return min(max(host, 0.0), table)
+
     def round_cost(self, source: str, k: int, context: int, nodes: int = 0) -> float:
         """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``);
         ``nodes > k``: a tree of that many nodes grown from them."""
@@ -418,7 +440,9 @@ class AutoPolicy:
                 self.host.ms = host if self.host.ms is None else (
                     (1 - TIME_WEIGHT) * self.host.ms + TIME_WEIGHT * host)
             return
-        step = self.step_ms or (self.step_ms_at(context) if self.step_ms_at else None)
+        if self.step_ms is None and self.host.ms is None and nodes <= k:
+            self.host.ms = self._host_from_round(source, k, ms, context)
+        step = self.step_ms or self._table_step(context)
         if not step:
             return
         if nodes > k:  # what the tree added beyond the pass over its nodes

@@ -19,9 +19,10 @@ carried from a request where a round met a pause would keep it from being chosen
 measured again. What every plain step takes beyond the target's pass (``host``: the
 machine's, not a source's; per way of sampling, since drawing a token costs more than taking
 the top one) is carried, so a request prices its first rounds with it. The history lives while
-the pair is loaded (``Session`` makes a new ``Memory`` with each target and draft) and is kept on disk between runs (``auto_record``):
-``restore`` starts each source from what was kept for its drafter, ``export`` gives what to
-keep, both under the drafters' own names (``Session.drafter_key``).
+the pair is loaded (``Session`` makes a new ``Memory`` with each target and draft) and is kept
+on disk between runs (``auto_record``): ``restore`` starts each source from what was kept for
+its drafter, ``export`` gives what to keep, both under the drafters' own names
+(``Session.drafter_key``).
 """
 
 from __future__ import annotations

@@ -156,9 +156,12 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
     what auto would choose there, chains and trees alike, step times not learnt)."""
     flat = req.trees == "flat"
     cal = session.calibration
-    verify_cost: VerifyCost = remembered(tree_build.flat_cost() if flat
-                                         else cal.verify_cost if cal is not None
-                                         else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
+    # the session's table as it is at each step: a row measured at the reply's own context
+    # before its first token (``session_warmup.reach``) prices the reply's rounds at once
+    verify_cost: VerifyCost = remembered(
+        tree_build.flat_cost() if flat
+        else (lambda n, c: (session.calibration or cal).verify_cost(n, c)) if cal is not None
+        else linear_verify_cost(DEFAULT_VERIFY_SLOPE))
     # a drafter that catches up pays a longer first pass after the steps it sat out
     widest = (max(max(sizes) for sizes in cal.sizes) if cal is not None and not flat
               else 1 << 20)
@@ -179,7 +182,8 @@ def _policy(session: Session, req: GenerationRequest, members: list[Member]) -> 
                       catch_up=catch_up, trees=trees, tree_host=0.0 if flat else tree_build.ONE_PASS_OVERHEAD,
                       second_pass=again, learn_time=not flat,
                       history=None if flat else session.auto_memory.history(req.sampling),
-                      step_ms_at=cal.step_ms if cal is not None and not flat else None,
+                      step_ms_at=(lambda c: (session.calibration or cal).step_ms(c))
+                      if cal is not None and not flat else None,
                       host=session.auto_memory.host(req.sampling))
 
 

@@ -12,7 +12,8 @@ Readers ask in plain steps, at the context they are at: ``verify_cost(n, context
 of ``n`` tokens relative to one plain step at that context; ``draft_cost(drafter)`` is a
 drafting step relative to a plain step. Between the measured sizes and contexts the costs are
 interpolated linearly; past the longest context they grow linearly (attention reads every
-cached token), never falling.
+cached token), never falling. A reply much longer than the longest context measured has a row
+measured at its own context, on its own cache, before its first token (``reaches``).
 
 The table is measured once per model, backend, precision and versions and kept in the user
 data folder (``CalibrationStore``); any change to those makes it stale and it is measured
@@ -32,6 +33,11 @@ from typing import Any
 
 # Bump when what is measured or how changes: every kept table is then measured again.
 METHOD_VERSION = 2
+# a context up to this many times the longest measured one is read from the table; past it,
+# how much more a wide pass costs is a guess that falls short (from 512 tokens to 2,048 a pass
+# over 17 went from 2.5 to 3.3 plain steps on a two-core CPU, where the two first rows' line
+# said 2.1): a reply that long has a row measured at its own context (``reaches``)
+REACH = 1.5
 FILE_SUFFIX = ".json"
 
 
@@ -49,6 +55,11 @@ class Calibration:
     measured_s: float = 0.0  # how long the target's sweep took
     created: float = 0.0  # time.time() of the sweep
     load: float = 0.0  # runnable programs per CPU while measuring (above 1: it was busy)
+
+    def reaches(self, context: int) -> bool:
+        """Whether costs at ``context`` are read from measured rows rather than guessed past
+        them (at most ``REACH`` times the longest context measured)."""
+        return context <= REACH * self.contexts[-1]
 
     @property
     def busy(self) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
@@ -127,6 +127,40 @@ def measure_target(target: LoadedModel, *, context_limit: int | None = None,
     return new_table(target.path, target_key(target.path, target.precision), measured_ctx,
                      sizes, _never_cheaper_later(sizes, rows), time.perf_counter() - started,
                      load=current_load())
+
+
+def measure_row(target: LoadedModel, cache: list[Any], *, repeats: int = REPEATS
+                ) -> Generator[Step, None, tuple[tuple[int, ...], tuple[float, ...]]]:
+    """Time the wide sizes' passes on ``cache`` as it is (a reply's own, its prompt read),
+    each undone after it: the row of a context the table does not reach. Yields progress,
+    returns the sizes and their times (a wider pass never cheaper)."""
+    rb = rollback.for_target(target)
+    times: dict[int, float] = {}
+    total, done = len(WIDE_SIZES) * repeats, 0
+    for _ in range(repeats):
+        for n in WIDE_SIZES:
+            times[n] = min(times.get(n, float("inf")), _pass_ms(target, rb, cache, n))
+            done += 1
+            yield Step(done, total)
+    sizes = tuple(sorted(times))
+    row, top = [], 0.0
+    for n in sizes:
+        top = max(top, times[n])
+        row.append(top)
+    return sizes, tuple(row)
+
+
+def with_row(cal: Calibration, context: int, sizes: tuple[int, ...],
+             row: tuple[float, ...]) -> Calibration:
+    """``cal`` with the row measured at ``context`` (in place of one measured there), the
+    shorter contexts' passes held to no more than the longer ones' (``_never_cheaper_later``)."""
+    rows = {c: (s, v) for c, s, v in zip(cal.contexts, cal.sizes, cal.verify_ms, strict=True)}
+    rows[context] = (tuple(sizes), tuple(row))
+    contexts = sorted(rows)
+    all_sizes = [list(rows[c][0]) for c in contexts]
+    held = _never_cheaper_later(all_sizes, [list(rows[c][1]) for c in contexts])
+    return replace(cal, contexts=tuple(contexts), sizes=tuple(tuple(s) for s in all_sizes),
+                   verify_ms=tuple(tuple(v) for v in held))
 
 
 def _never_cheaper_later(sizes: list[list[int]], rows: list[list[float]]) -> list[list[float]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import mlx.core as mx
@@ -53,6 +53,9 @@ class RoundLoop:
         lease: Lease | None = None,  # the prompt cache it reads into (default: a fresh one)
         fallback: str | None = None,
         context: int | None = None,  # the model's context length (for progress events)
+        # work on the cache once the prompt is read, before the first token (this machine's
+        # table measured at the reply's context): timed apart, as a warm-up
+        after_prompt: Callable[[list[Any], int], Iterator[Event]] | None = None,
     ):
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -63,6 +66,7 @@ class RoundLoop:
         self.cancel = cancel or threading.Event()
         self.lease = lease if lease is not None else Lease(make_cache(target))
         self.context = context
+        self.after_prompt = after_prompt
         self.committed: list[int] = list(prompt)
         self.output: list[int] = []
         self.finish_reason: str | None = None
@@ -160,6 +164,9 @@ class RoundLoop:
                           + (f", {reused} reused" if reused else ""))
         yield from self._read_prompt()
         t_prefill = time.perf_counter()
+        if self.after_prompt is not None and not self.cancel.is_set():
+            yield from self.after_prompt(self.cache, len(self.prompt))
+        t_decode = time.perf_counter()  # the reply's own time starts here
         yield StatusEvent("decoding")
         yield MemoryEvent(self.lease.memory(mem.sample()))
         ttft_ms = 0.0
@@ -198,7 +205,7 @@ class RoundLoop:
                         proposed=pick.proposal.spine or pick.proposal.k, accepted=step.accepted,
                         emitted=len(emitted), width=pick.width, copied=pick.copied,
                         times=step.times, extra_draft_ms=obs_ms,
-                        t_ms=(time.perf_counter() - t_prefill) * 1e3,
+                        t_ms=(time.perf_counter() - t_decode) * 1e3,
                         total_tokens=len(self.output), source=pick.source,
                         tree_nodes=pick.proposal.k if tree else 0)
                     yield RoundEvent(rec)
@@ -221,8 +228,9 @@ class RoundLoop:
             finish_reason=self.finish_reason or "stop",
             timings=dataclasses.replace(
                 self.stats.timings(n_out=len(self.output), prompt_ms=(t_prefill - t_start) * 1e3,
-                                   predicted_ms=(t_end - t_prefill) * 1e3, ttft_ms=ttft_ms),
-                seed=None if req.sampling.greedy else req.sampling.seed),
+                                   predicted_ms=(t_end - t_decode) * 1e3, ttft_ms=ttft_ms),
+                seed=None if req.sampling.greedy else req.sampling.seed,
+                warmup_ms=round((t_decode - t_prefill) * 1e3, 1)),
             rounds=tuple(self.stats.rounds),
         )
 

@@ -360,13 +360,17 @@ class Session:
                                    req.conversation, keep_taps=self._keep_taps(req))
                  if req.reuse_cache else Lease(fresh))
         loop = RoundLoop(target=self.target, source=source, prompt=prompt, request=req,
-                         cancel=cancel, lease=lease, fallback=fallback, context=limit)
+                         cancel=cancel, lease=lease, fallback=fallback, context=limit,
+                         after_prompt=(lambda cache, n: session_warmup.reach(self, cache, n,
+                                                                             cancel))
+                         if drafter is not None else None)
         for ev in loop.run():
             if isinstance(ev, DoneEvent) and members:
                 self.keep_auto_record(members)
             if isinstance(ev, DoneEvent) and (warmup_ms or left_out):
                 ev = dataclasses.replace(ev, timings=dataclasses.replace(
-                    ev.timings, warmup_ms=round(warmup_ms, 1), sources_left_out=left_out))
+                    ev.timings, warmup_ms=round(warmup_ms + ev.timings.warmup_ms, 1),
+                    sources_left_out=left_out))
             yield ev
 
     # -- the pair's record (auto speculation), kept between runs --------------------------

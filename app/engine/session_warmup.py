@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app import kinds
 from app.engine.calibration import Calibration, drafter_key
@@ -22,8 +22,10 @@ from app.engine.calibration_measure import (
     MAX_PASS,
     REPEATS,
     measure_drafter,
+    measure_row,
     measure_target,
     needs_measuring,
+    with_row,
 )
 from app.engine.drafters.base import Drafter
 from app.engine.events import GenerationRequest, StatusEvent
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 WARMUP_WORDS = ("Measuring this computer's speed for speculation, only the first time "
                 "({done} of {total})")
 MEASURE_WORDS = "Measuring this computer's speed for speculation ({done} of {total})"
+REACH_WORDS = ("Measuring this computer's speed at {context:,} tokens of text, only the first "
+               "time ({done} of {total})")
 
 
 def warm_up(
@@ -103,6 +107,34 @@ def recalibrate(
     session.calibrations.save(cal)
     session.calibration = cal
     return cal
+
+
+def reach(session: Session, cache: list[Any], context: int,
+          cancel: threading.Event | None = None) -> Generator[StatusEvent, None, None]:
+    """Where the kept table stops well short of a reply's ``context`` (its prompt read into
+    ``cache``), time a row there on that cache, each pass undone after it, and keep it: how a
+    wide pass's cost grows with the context is measured, not carried past the table's longest
+    row (a guess that falls short and sends wide rounds where they cost more than they give).
+    Once per target and context reach; nothing kept when stopped."""
+    cal = session.calibration
+    if cal is None or session.target is None or cal.reaches(context):
+        return
+    sweep = measure_row(session.target, cache)
+    yield StatusEvent("warmup", REACH_WORDS.format(context=context, done=0, total="…"), 0.0)
+    while True:
+        if cancel is not None and cancel.is_set():
+            sweep.close()
+            return
+        try:
+            step = next(sweep)
+        except StopIteration as end:
+            sizes, row = end.value
+            break
+        yield StatusEvent("warmup", REACH_WORDS.format(context=context, done=step.done,
+                                                       total=step.total), step.fraction)
+    cal = with_row(cal, context, sizes, row)
+    session.calibrations.save(cal)
+    session.calibration = cal
 
 
 def loaded_drafter_key(session: Session, kind: str) -> str:

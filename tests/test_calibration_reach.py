@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.calibration import REACH, Calibration, CalibrationStore
+from app.engine.calibration import REACH, SHORT_CONTEXT, Calibration, CalibrationStore
 from app.engine.calibration_measure import with_row
 from app.engine.events import DoneEvent, GenerationRequest, StatusEvent
 from app.engine.session import Session
 from tests.builders import make_checkpoint
 
-LONG_PROMPT = " ".join(f"item {i} is on shelf {i % 7}," for i in range(40))
+LONG_PROMPT = " ".join(f"item {i} is on shelf {i % 7}," for i in range(40))  # about 660 tokens
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,10 @@ def test_a_row_joins_the_table_in_context_order_and_never_costs_less_than_a_long
     cal = Calibration(key={"k": "v"}, model_path="/nowhere", contexts=(16, 512),
                       sizes=((1, 2, 17), (1, 17)), verify_ms=((10.0, 12.0, 30.0), (20.0, 50.0)))
     assert cal.reaches(int(REACH * 512)) and not cal.reaches(int(REACH * 512) + 1)
+    # a short context is read from the first row whatever the table holds
+    first_only = dataclasses.replace(cal, contexts=(16,), sizes=cal.sizes[:1],
+                                     verify_ms=cal.verify_ms[:1])
+    assert first_only.reaches(SHORT_CONTEXT) and not first_only.reaches(SHORT_CONTEXT + 1)
     longer = with_row(cal, 2048, (1, 9, 17), (40.0, 90.0, 140.0))
     assert longer.contexts == (16, 512, 2048)
     assert longer.verify_ms_at(17, 2048) == 140.0

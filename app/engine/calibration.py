@@ -38,6 +38,9 @@ METHOD_VERSION = 2
 # over 17 went from 2.5 to 3.3 plain steps on a two-core CPU, where the two first rows' line
 # said 2.1): a reply that long has a row measured at its own context (``reaches``)
 REACH = 1.5
+# up to this context a pass's cost is mostly the weights, read once whatever the context: the
+# first row describes it well enough, and no row is measured for a context this short
+SHORT_CONTEXT = 512
 FILE_SUFFIX = ".json"
 
 
@@ -58,8 +61,8 @@ class Calibration:
 
     def reaches(self, context: int) -> bool:
         """Whether costs at ``context`` are read from measured rows rather than guessed past
-        them (at most ``REACH`` times the longest context measured)."""
-        return context <= REACH * self.contexts[-1]
+        them (at most ``REACH`` times the longest context measured, or a short context)."""
+        return context <= max(REACH * self.contexts[-1], SHORT_CONTEXT)
 
     @property
     def busy(self) -> bool:

@@ -28,9 +28,10 @@ def models(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def _run(session: Session, **kw) -> tuple[list[StatusEvent], DoneEvent]:
+def _run(session: Session, prompt: str = "The cat sat on", max_tokens: int = 12,
+         **kw) -> tuple[list[StatusEvent], DoneEvent]:
     statuses, done = [], None
-    for ev in session.generate(GenerationRequest(prompt="The cat sat on", max_tokens=12, **kw)):
+    for ev in session.generate(GenerationRequest(prompt=prompt, max_tokens=max_tokens, **kw)):
         if isinstance(ev, StatusEvent):
             statuses.append(ev)
         elif isinstance(ev, DoneEvent):

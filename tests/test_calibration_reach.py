@@ -11,9 +11,10 @@ import pytest
 
 from app.engine.calibration import REACH, SHORT_CONTEXT, Calibration, CalibrationStore
 from app.engine.calibration_measure import with_row
-from app.engine.events import DoneEvent, GenerationRequest, StatusEvent
+from app.engine.events import DoneEvent, StatusEvent
 from app.engine.session import Session
 from tests.builders import make_checkpoint
+from tests.test_calibration import _run as run_request
 
 LONG_PROMPT = " ".join(f"item {i} is on shelf {i % 7}," for i in range(40))  # about 660 tokens
 
@@ -25,15 +26,7 @@ def target(tmp_path_factory) -> Path:
 
 
 def _run(session: Session, kind: str, prompt: str) -> tuple[list[StatusEvent], DoneEvent]:
-    statuses, done = [], None
-    req = GenerationRequest(prompt=prompt, max_tokens=10, draft_kind=kind)
-    for ev in session.generate(req):
-        if isinstance(ev, StatusEvent):
-            statuses.append(ev)
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None and done.finish_reason != "error", done and done.error
-    return statuses, done
+    return run_request(session, prompt=prompt, max_tokens=10, draft_kind=kind)
 
 
 def test_a_row_joins_the_table_in_context_order_and_never_costs_less_than_a_longer_one():

@@ -349,3 +349,41 @@ def test_host_work_of_every_step_makes_a_wide_pass_cheaper_and_is_kept_for_the_p
     assert first is not None and first.width == after.width
     sampled = request(SamplingParams(temperature=0.7))  # drawing tokens: its own host work
     assert sampled.pass_cost(9, 100) == cpu_like(9, 100)
+
+
+def test_plain_steps_time_the_host_work_when_only_a_rounds_guess_stands_for_it():
+    """A round's time beyond its pass holds its own costs too (sampling every position, the
+    verdict), so the host work guessed from it prices a plain step too dear and every round
+    looks cheaper than it is: a source whose rounds lose to plain steps seems to pay, and a
+    reply that drafts at every step would never find out. The reply takes its second and
+    third steps plain while the host work has been timed from fewer than two; what they show
+    replaces the guess, the source is priced honestly and plain steps win; a reply of a pair
+    whose host work was timed takes no such step."""
+    table_ms, host_ms, round_extra_ms = 60.0, 10.0, 14.0
+
+    def table(n: int, context: int) -> float:  # a pass over two tokens: 1.1 of one
+        return 1.0 + 0.1 * (n - 1)
+
+    # a round of one that the target accepts 15% of the time, whose own work beyond the
+    # pass and the host work takes 14 ms: 1.15 tokens for (66 + 10 + 14) / 70 = 1.29 steps
+    round_ms = table_ms * table(2, 100) + host_ms + round_extra_ms
+    host = HostWork()
+    p = AutoPolicy({"eagle3": 1}, verify_cost=table, evidence={"eagle3": taught(0.15)},
+                   step_ms_at=lambda context: table_ms, host=host)
+    first = p.choose(room=64, context=100)
+    assert first is not None and first.source == "eagle3"
+    p.observe_time("eagle3", 1, round_ms, 100)  # a fresh start: the round's time is a guess
+    assert host.ms is not None and host.ms > host_ms + round_extra_ms / 2 and host.timed == 0
+    assert p.value("eagle3", 1, 100) > 1.0  # the guess makes the losing round look paying
+    for _ in range(2):  # the reply's second and third steps time a plain step
+        assert p.choose(room=64, context=100) is None
+        p.observe_time(None, 0, table_ms + host_ms, 100)
+    assert host.timed == 2 and abs(host.ms - host_ms) < 1e-6
+    for _ in range(6):
+        p.observe_time("eagle3", 1, round_ms, 100)
+    assert p.value("eagle3", 1, 100) < 1.0
+    assert p.choose(room=64, context=100) is None  # plain steps pay more
+    # the next request of the pair starts from the timed host work: no timing steps
+    again = AutoPolicy({"eagle3": 1}, verify_cost=table, evidence={"eagle3": taught(0.5)},
+                       step_ms_at=lambda context: table_ms, host=host)
+    assert all(again.choose(room=64, context=100) is not None for _ in range(4))

@@ -33,15 +33,25 @@ def remembered(cost: VerifyCost) -> VerifyCost:
     return cached
 
 
+TIMED_STEPS = 2  # plain steps the host work is timed from before rounds alone may stand
+
+
 @dataclass
 class HostWork:
     """What a reply's plain step takes beyond the target's pass in the table (sampling, the
     host's bookkeeping between passes), in milliseconds; ``None`` before any was timed. Every
     step pays it once, a round as a plain step, so a wide pass costs fewer of the reply's own
     plain steps than the table's ratio says. Kept with the pair: a request starts from what the
-    last one measured."""
+    last one measured.
+
+    Only a plain step shows it: a round's time beyond its pass also holds what the round
+    itself costs (sampling every position, the verdict, the drafter's bookkeeping), so a
+    guess read from a round (``timed`` 0) prices a plain step too dear, and every round then
+    looks cheaper than it is. A reply that drafts from its first step would never correct
+    it; the policy takes plain steps to time it until ``TIMED_STEPS`` have been."""
 
     ms: float | None = None
+    timed: int = 0  # plain steps it was timed from (0: at most a guess from a round's time)
 
 
 CatchUp = Callable[[int, int], float]  # (tokens missed, context) -> plain steps

@@ -10,7 +10,9 @@ costs more, and more with a longer context). A plain step yields one token for o
 table times the target's pass alone; a reply's step also does the host's work (sampling, the
 bookkeeping between passes), once per step whatever its width, so the pass is priced in the
 reply's own steps (``pass_cost``): ``(T(k + 1) + h) / (T(1) + h)``, ``h`` timed from the plain
-steps and kept for the pair (``HostWork``).
+steps and kept for the pair (``HostWork``). Only a plain step shows it (a round's time also
+holds the round's own work), so while the pair's host work has been timed from fewer than
+``TIMED_STEPS`` plain steps a reply takes its next steps plain, its first one aside.
 
 ``choose`` takes the source and width with the most expected tokens per plain step; when no
 source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
@@ -63,7 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.engine.auto_costs import CatchUp, HostWork, VerifyCost
+from app.engine.auto_costs import TIMED_STEPS, CatchUp, HostWork, VerifyCost
 from app.engine.auto_evidence import PRIOR_RATE, Evidence, copy_key, expected_tokens
 
 if TYPE_CHECKING:
@@ -138,6 +140,8 @@ class AutoPolicy:
         self.step_ms: float | None = None  # the reply's own plain steps, as they run
         self.step_ms_at = step_ms_at
         self.host = host if host is not None else HostWork()
+        self.steps = 0  # steps this reply has chosen
+        self.timing_steps = 0  # plain steps it took to time the host work
         self._share: tuple[int, float | None, float] = (-1, None, 1.0)  # (context, host, share)
         self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
         self.excesses: list[float] = []  # the last rounds' cost beyond the model, any source
@@ -329,6 +333,12 @@ class AutoPolicy:
         0 where not given); ``absent``: sources with nothing to offer this step."""
         fixed = fixed or {}
         matched = matched or {}
+        self.steps += 1
+        if self._timing_due():
+            self.timing_steps += 1
+            self.probing = False
+            self.paying = 0.0
+            return None
         best: Choice | None = None
         for name in self.widths:
             if name in absent:
@@ -362,6 +372,14 @@ class AutoPolicy:
                 self.paying = self.owed(probe, context)
                 return Choice(probe, 1, self.value(probe, 1, context), probe=True)
         return None
+
+    def _timing_due(self) -> bool:
+        """Whether this step is a plain one taken to time the host work: while it has been
+        timed from fewer than ``TIMED_STEPS`` plain steps (a guess read from a round prices a
+        plain step too dear, so every round would look cheaper than it is), not at a reply's
+        first step (it meets one-time costs), at most ``TIMED_STEPS`` per reply."""
+        return (self.learn_time and self.step_ms_at is not None and self.steps > 1
+                and self.host.timed < TIMED_STEPS and self.timing_steps < TIMED_STEPS)
 
     def _probe_source(self, context: int, fixed: dict[str, int],
                       absent: frozenset[str]) -> str | None:
@@ -437,8 +455,13 @@ class AutoPolicy:
             if self.step_ms_at is not None:  # beyond the table's pass: at most a pass more
                 table = self.step_ms_at(context)
                 host = min(max(ms - table, 0.0), table)
-                self.host.ms = host if self.host.ms is None else (
-                    (1 - TIME_WEIGHT) * self.host.ms + TIME_WEIGHT * host)
+                n = self.host.timed
+                if n < TIMED_STEPS:  # the first plain steps: their mean, a guess replaced
+                    self.host.ms = host if n == 0 or self.host.ms is None else (
+                        (self.host.ms * n + host) / (n + 1))
+                else:
+                    self.host.ms = (1 - TIME_WEIGHT) * (self.host.ms or host) + TIME_WEIGHT * host
+                self.host.timed = n + 1
             return
         if self.step_ms is None and self.host.ms is None and nodes <= k:
             self.host.ms = self._host_from_round(source, k, ms, context)

@@ -205,6 +205,8 @@ def test_disconnect_cancels_the_request(client, server):
     assert record.predicted_n < record.max_tokens == 1500
     # the engine is free again and answers the next request in full
     assert _chat(client, server, kind="none", stream=False, max_tokens=5)[4] == "length"
+    # the reply is sent before the engine has put the request's record away
+    _wait(lambda: server.engine.status()["running"] is None, "the engine to be idle")
     req = urllib.request.Request(server.url + "/v1/draftpair/status",
                                  headers={"Authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(req, timeout=10) as resp:

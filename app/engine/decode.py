@@ -164,9 +164,13 @@ class RoundLoop:
                           + (f", {reused} reused" if reused else ""))
         yield from self._read_prompt()
         t_prefill = time.perf_counter()
+        measured = False  # a measurement announces itself: the time between is no warm-up
         if self.after_prompt is not None and not self.cancel.is_set():
-            yield from self.after_prompt(self.cache, len(self.prompt))
+            for status in self.after_prompt(self.cache, len(self.prompt)):
+                measured = True
+                yield status
         t_decode = time.perf_counter()  # the reply's own time starts here
+        warmup_ms = round((t_decode - t_prefill) * 1e3, 1) if measured else 0.0
         yield StatusEvent("decoding")
         yield MemoryEvent(self.lease.memory(mem.sample()))
         ttft_ms = 0.0
@@ -230,7 +234,7 @@ class RoundLoop:
                 self.stats.timings(n_out=len(self.output), prompt_ms=(t_prefill - t_start) * 1e3,
                                    predicted_ms=(t_end - t_decode) * 1e3, ttft_ms=ttft_ms),
                 seed=None if req.sampling.greedy else req.sampling.seed,
-                warmup_ms=round((t_decode - t_prefill) * 1e3, 1)),
+                warmup_ms=warmup_ms),
             rounds=tuple(self.stats.rounds),
         )
 

@@ -387,3 +387,34 @@ def test_plain_steps_time_the_host_work_when_only_a_rounds_guess_stands_for_it()
     again = AutoPolicy({"eagle3": 1}, verify_cost=table, evidence={"eagle3": taught(0.5)},
                        step_ms_at=lambda context: table_ms, host=host)
     assert all(again.choose(room=64, context=100) is not None for _ in range(4))
+
+
+def test_a_source_the_pairs_record_condemned_on_other_text_gets_one_narrow_try():
+    """The pair's record held four rounds of the MTP head, all wrong (on a rewrite, where
+    copies had taken the easy places), so a request starts it far below the draft model and
+    its value never beats the draft model's: without a try it is never chosen, though on this
+    text it is the better one. Once a few steps have run, each model source the reply has not
+    tried gets one round of one proposal, not while a copy is on offer, and once only."""
+    memory = Memory()
+    history = memory.history(SamplingParams())
+    for _ in range(4):
+        history.observe("mtp", 1, 0)
+    for _ in range(40):
+        history.observe("full-model", 2, 1)
+    p = AutoPolicy({"mtp": 4, "full-model": 4, "prompt-lookup": 16},
+                   verify_cost=lambda n, c: 1.0 + 0.05 * (n - 1), history=history)
+    assert p.value("mtp", 1, 100, p.hopeful_rates("mtp", 1)) < p.best("full-model", 4, 100)[1]
+    for _ in range(3):
+        pick = p.choose(room=64, context=100, absent=frozenset({"prompt-lookup"}))
+        assert pick is not None and pick.source == "full-model"
+        p.observe("full-model", pick.width, 1)
+    copy = p.choose(room=64, context=100, fixed={"prompt-lookup": 8},
+                    matched={"prompt-lookup": 20})
+    assert copy is not None and copy.source == "prompt-lookup"  # a copy on offer: no try now
+    tried = p.choose(room=64, context=100, absent=frozenset({"prompt-lookup"}))
+    assert tried is not None and tried.source == "mtp" and tried.width == 1
+    p.observe("mtp", 1, 1)  # right this time: its own evidence now speaks for it
+    assert p.evidence["mtp"].rates(1)[0] > history.start("mtp").rates(1)[0]
+    later = [p.choose(room=64, context=100, absent=frozenset({"prompt-lookup"}))
+             for _ in range(3)]
+    assert all(c is not None and not c.probe for c in later)  # one try, not one per step

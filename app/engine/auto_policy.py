@@ -18,7 +18,10 @@ holds the round's own work), so while the pair's host work has been timed from f
 source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
 the source with the best one-token value with a single proposal (each probe that does not
 make drafting pay again doubles the interval up to ``probe_max``; a round that pays resets
-it), so a source that starts agreeing again is noticed. Each plain step ages every source's
+it), so a source that starts agreeing again is noticed. Each model source a reply (or its chat) has
+not tried gets one round of one proposal once ``TRY_AFTER`` steps have run, unless a copy is on
+offer: its starting rates come from the pair's record, learnt on other text, and a source that
+is never tried is never found to pay. Each plain step ages every source's
 recent evidence a little, toward the source's long-run rate over the reply (the prior only
 until it has done anything), so a source that lost does not drift back into wide rounds on
 the prior's guess while plain steps run. A source that has seen few rounds is valued a
@@ -82,6 +85,7 @@ OVERHEAD_RANGE = (-0.25, 2.0)
 # every source until it has rounds of its own: the median of the last few rounds of any source
 EXCESS_ROUNDS = 5
 EXCESS_RANGE = (-0.25, 0.5)
+TRY_AFTER = 4  # a reply's step from which each source it has not tried gets one narrow round
 MAX_TREE_NODES = 16  # a tree round verifies at most this many nodes (the table's widest)
 TREE_OVERHEAD_RANGE = (0.0, 3.0)  # a tree round's measured cost beyond a chain's, in steps
 
@@ -142,6 +146,7 @@ class AutoPolicy:
         self.host = host if host is not None else HostWork()
         self.steps = 0  # steps this reply has chosen
         self.timing_steps = 0  # plain steps it took to time the host work
+        self.tried: set[str] = set()  # sources this reply gave their one try
         self._share: tuple[int, float | None, float] = (-1, None, 1.0)  # (context, host, share)
         self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
         self.excesses: list[float] = []  # the last rounds' cost beyond the model, any source
@@ -356,6 +361,11 @@ class AutoPolicy:
                 best = Choice(name, k, v)
         self.probing = False
         self.paying = 0.0
+        untried = self._untried(best, fixed, absent)
+        if untried is not None:
+            self.tried.add(untried)
+            self.paying = self.owed(untried, context)
+            return Choice(untried, 1, self.value(untried, 1, context), probe=True)
         if best is not None and best.value > 1.0:
             self.plain_streak = 0
             self.probe_interval = self.probe_every  # drafting pays again: probe soon after it
@@ -372,6 +382,19 @@ class AutoPolicy:
                 self.paying = self.owed(probe, context)
                 return Choice(probe, 1, self.value(probe, 1, context), probe=True)
         return None
+
+    def _untried(self, best: Choice | None, fixed: dict[str, int],
+                 absent: frozenset[str]) -> str | None:
+        """A model source this reply (or its chat) has not tried, given one narrow round
+        once a few steps have run, unless a copy is on offer: what the pair's record says of it
+        was learnt on other text (a drafter seldom right where copies had taken the easy places
+        of a rewrite is often the best one on new code), and a source that is never tried is
+        never found to pay."""
+        if self.steps < TRY_AFTER or (best is not None and best.source in fixed):
+            return None
+        names = [n for n in self.widths if n not in fixed and n not in absent
+                 and n not in self.tried and self.widths[n] > 0 and self.evidence[n].seen <= 0]
+        return max(names, key=lambda n: self.evidence[n].rates(1)[0], default=None)
 
     def _timing_due(self) -> bool:
         """Whether this step is a plain one taken to time the host work: while it has been

@@ -478,12 +478,12 @@ class AutoPolicy:
             if self.step_ms_at is not None:  # beyond the table's pass: at most a pass more
                 table = self.step_ms_at(context)
                 host = min(max(ms - table, 0.0), table)
+                # the first plain steps: their mean (a guess from a round replaced); then a
+                # running figure
                 n = self.host.timed
-                if n < TIMED_STEPS:  # the first plain steps: their mean, a guess replaced
-                    self.host.ms = host if n == 0 or self.host.ms is None else (
-                        (self.host.ms * n + host) / (n + 1))
-                else:
-                    self.host.ms = (1 - TIME_WEIGHT) * (self.host.ms or host) + TIME_WEIGHT * host
+                weight = 1.0 / (n + 1) if n < TIMED_STEPS else TIME_WEIGHT
+                self.host.ms = host if self.host.ms is None else (
+                    (1 - weight) * self.host.ms + weight * host)
                 self.host.timed = n + 1
             return
         if self.step_ms is None and self.host.ms is None and nodes <= k:

@@ -90,9 +90,9 @@ def test_one_slow_round_does_not_shut_a_source_out_nor_follow_it_to_the_next_req
     first = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
     first.observe_time(None, 0, 10.0, 100)  # a plain step: 10 ms
     first.observe_time("mtp", 2, 300.0, 100)  # a round that met a pause
-    assert 0 < first.overhead["mtp"] <= 0.5  # learnt from nothing, not taken whole
+    assert 0 < first.timing.overhead["mtp"] <= 0.5  # learnt from nothing, not taken whole
     nxt = AutoPolicy({"mtp": 4}, verify_cost=cpu_like, history=history)
-    assert nxt.overhead == {}  # costs are each request's own measurement
+    assert nxt.timing.overhead == {}  # costs are each request's own measurement
     _run(nxt, "mtp", 5, 2, 2)
     history.forget("mtp")
     assert "mtp" not in history.evidence

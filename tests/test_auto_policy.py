@@ -149,7 +149,7 @@ def test_overhead_is_measured_per_source():
     p = policy(cpu_like, {"mtp": 0.6, "dflash": 0.6})
     p.observe_time(None, 0, 100.0, 100)  # a plain step: 100 ms
     p.observe_time("dflash", 3, 400.0, 100)  # a dear round: more than its model says
-    assert p.overhead["dflash"] > 0 and "mtp" not in p.overhead
+    assert p.timing.overhead["dflash"] > 0 and "mtp" not in p.timing.overhead
     assert p.round_cost("dflash", 3, 100) > p.round_cost("mtp", 3, 100)
 
 
@@ -161,14 +161,14 @@ def test_a_source_not_yet_tried_is_priced_with_what_other_rounds_took():
     bare = p.round_cost("mtp", 1, 100)
     p.observe_time(None, 0, 100.0, 100)  # a plain step: 100 ms
     p.observe_time("dflash", 1, 100.0 * (p.round_cost("dflash", 1, 100) + 3.0), 100)  # a pause
-    assert p.excess == 0.0 and p.round_cost("mtp", 1, 100) == bare
+    assert p.timing.excess == 0.0 and p.round_cost("mtp", 1, 100) == bare
     for _ in range(4):  # every round a fifth of a step dearer than its model
         model = p.round_cost("dflash", 1, 100) - p.overhead_of("dflash")
         p.observe_time("dflash", 1, 100.0 * (model + 0.2), 100)
-    assert abs(p.excess - 0.2) < 1e-6
+    assert abs(p.timing.excess - 0.2) < 1e-6
     assert abs(p.round_cost("mtp", 1, 100) - (bare + 0.2)) < 1e-6
     p.observe_time("mtp", 1, 100.0 * bare, 100)  # its own round, as the table says
-    assert p.overhead["mtp"] < 0.2  # its own rounds take over from the shared figure
+    assert p.timing.overhead["mtp"] < 0.2  # its own rounds take over from the shared figure
 
 
 def test_rounds_that_run_cheaper_than_the_table_says_lower_its_price():
@@ -182,7 +182,7 @@ def test_rounds_that_run_cheaper_than_the_table_says_lower_its_price():
     for _ in range(6):
         p.observe_time("mtp", 1, 100.0 * (bare - 0.15), 100)  # each round 0.15 steps cheaper
     assert p.round_cost("mtp", 1, 100) < bare - 0.1
-    assert p.excess < -0.1  # and a source not tried yet is priced so too
+    assert p.timing.excess < -0.1  # and a source not tried yet is priced so too
     c = p.choose(room=64, context=100)
     assert c is not None and c.source == "mtp"
 
@@ -247,7 +247,7 @@ def test_catch_up_paid_is_not_taken_for_overhead():
     assert c is not None
     modelled = p.round_cost("mtp", c.width, 100) + 1.0  # the round and its catch-up
     p.observe_time("mtp", c.width, 100.0 * modelled, 100)
-    assert p.overhead["mtp"] < 0.01
+    assert p.timing.overhead["mtp"] < 0.01
 
 
 def test_catch_up_cost_follows_the_pass_shape():
@@ -314,7 +314,7 @@ def test_a_round_is_timed_against_a_whole_step_not_the_tables_pass_alone():
         for _ in range(5):
             p.observe_time("mtp", 1, round_ms, 100)
         assert host.ms is not None and abs(host.ms - host_ms) < 1e-6
-        assert abs(p.overhead_of("mtp")) < 1e-6 and abs(p.excess) < 1e-6
+        assert abs(p.overhead_of("mtp")) < 1e-6 and abs(p.timing.excess) < 1e-6
         assert abs(p.round_cost("mtp", 1, 100) - round_ms / (table_ms + host_ms)) < 1e-6
         # a round that really takes more shows it
         p.observe_time("mtp", 1, round_ms + 0.5 * (table_ms + host_ms), 100)

@@ -95,7 +95,7 @@ def test_measured_tree_cost_replaces_the_estimate():
     q = tree_policy(flat, runner_taught(0.7), learn_time=False)
     q.observe_time(None, 0, 10.0, 200)
     q.observe_time(DRAFTER, 4, 100.0, 200, nodes=10)
-    assert not q.tree_overhead and q.step_ms is None
+    assert not q.timing.tree_overhead and q.timing.step_ms is None
 
 
 def test_second_pass_of_path_by_path_trees_is_priced_from_the_table():

@@ -6,13 +6,9 @@ accepted when the ones before it were, as decayed counts on a prior. A round of 
 proposals then yields on average ``1 + a_1 + a_1 a_2 + ... + a_1 ... a_k`` tokens and costs
 ``verify_cost(k + 1, context) + drafter_cost(k) + overhead`` plain steps, the verify cost read
 from this machine's calibration table at the context the reply is at (a pass over more tokens
-costs more, and more with a longer context). A plain step yields one token for one step. The
-table times the target's pass alone; a reply's step also does the host's work (sampling, the
-bookkeeping between passes), once per step whatever its width, so the pass is priced in the
-reply's own steps (``pass_cost``): ``(T(k + 1) + h) / (T(1) + h)``, ``h`` timed from the plain
-steps and kept for the pair (``HostWork``). Only a plain step shows it (a round's time also
-holds the round's own work), so while the pair's host work has been timed from fewer than
-``TIMED_STEPS`` plain steps a reply takes its next steps plain, its first one aside.
+costs more, and more with a longer context) and priced in the reply's own steps, and the
+overhead what the source's rounds were measured to take beyond that (``auto_timing``). A plain
+step yields one token for one step.
 
 ``choose`` takes the source and width with the most expected tokens per plain step; when no
 source beats a plain step it decodes plainly, and every ``probe_every`` plain steps it probes
@@ -26,10 +22,7 @@ recent evidence a little, toward the source's long-run rate over the reply (the 
 until it has done anything), so a source that lost does not drift back into wide rounds on
 the prior's guess while plain steps run. A source that has seen few rounds is valued a
 little above its rates (``EXPLORE``) so each gets tried, and tried at the width its rates
-(not the optimism) say pays: a guess costs a narrow round. What a source's rounds really take
-beyond the model (sampling, the verdict, its bookkeeping) is measured per source and added to
-its cost; a source the reply has not tried yet is priced with what the other sources' rounds
-took beyond the model (``excess``), not as if its rounds cost the table's pass alone.
+(not the optimism) say pays: a guess costs a narrow round.
 
 A drafter that feeds the tokens it sat out at its next proposal (the draft model, the MTP
 head, DFlash: ``Drafter.catches_up``) pays that longer pass when it is chosen again; the
@@ -63,31 +56,21 @@ from what each source did on this pair before (``auto_memory``: the chat's evide
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.engine.auto_costs import TIMED_STEPS, CatchUp, HostWork, VerifyCost
+from app.engine.auto_costs import CatchUp, HostWork, VerifyCost
 from app.engine.auto_evidence import PRIOR_RATE, Evidence, copy_key, expected_tokens
+from app.engine.auto_timing import StepTiming
 
 if TYPE_CHECKING:
     from app.engine.auto_memory import History
 
 EXPLORE = 0.15  # optimism for a source with little evidence: rate + EXPLORE / sqrt(1 + rounds)
 SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
-TIME_WEIGHT = 0.2  # weight of the newest timing in the running step time and overhead
-# a round's measured cost beyond the model, in plain steps: below zero where the reply's rounds
-# run cheaper than the table says (it was measured at another moment, without a reply's own
-# per-step work in the plain step it divides by), so the table is corrected both ways
-OVERHEAD_RANGE = (-0.25, 2.0)
-# what any round takes beyond the model (the verdict, sampling, the host's work), shared by
-# every source until it has rounds of its own: the median of the last few rounds of any source
-EXCESS_ROUNDS = 5
-EXCESS_RANGE = (-0.25, 0.5)
 TRY_AFTER = 4  # a reply's step from which each source it has not tried gets one narrow round
 MAX_TREE_NODES = 16  # a tree round verifies at most this many nodes (the table's widest)
-TREE_OVERHEAD_RANGE = (0.0, 3.0)  # a tree round's measured cost beyond a chain's, in steps
 
 
 @dataclass(frozen=True)
@@ -141,24 +124,12 @@ class AutoPolicy:
         self.probe_interval = probe_every
         self.plain_streak = 0
         self.probing = False
-        self.step_ms: float | None = None  # the reply's own plain steps, as they run
-        self.step_ms_at = step_ms_at
-        self.host = host if host is not None else HostWork()
+        self.timing = StepTiming(learn=learn_time, step_ms_at=step_ms_at, host=host)
         self.steps = 0  # steps this reply has chosen
-        self.timing_steps = 0  # plain steps it took to time the host work
         self.tried: set[str] = set()  # sources this reply gave their one try
-        self._share: tuple[int, float | None, float] = (-1, None, 1.0)  # (context, host, share)
-        self.overhead: dict[str, float] = {}  # per source: measured cost beyond the model
-        self.excesses: list[float] = []  # the last rounds' cost beyond the model, any source
-        # what a round of any source has taken beyond the model lately (plain steps): their
-        # median, of at least three (nothing measured counts as none), so one round that met
-        # a pause moves it not at all
-        self.excess = 0.0
         self.trees = frozenset(trees)
         self.tree_host = tree_host
         self.second_pass = second_pass
-        self.learn_time = learn_time
-        self.tree_overhead: dict[str, float] = {}  # per source: a tree round's measured extra
 
     # -- values -----------------------------------------------------------------------
     def drafting(self, source: str, k: int) -> float:
@@ -170,41 +141,7 @@ class AutoPolicy:
         plus the host work every step pays once (``host``), over a plain step that pays it
         too, so the host work makes a wide pass relatively cheaper."""
         v = self.verify_cost(n, context)
-        return 1.0 + (v - 1.0) * self._model_share(context) if v > 1.0 else v
-
-    def _model_share(self, context: int) -> float:
-        """The share of a reply's plain step that is the target's pass (1 before any host
-        work was timed, or without the table's step time)."""
-        if self.step_ms_at is None or not self.host.ms:
-            return 1.0
-        at, host, share = self._share
-        if at != context or host != self.host.ms:
-            step = self.step_ms_at(context)
-            share = step / (step + self.host.ms) if step > 0 else 1.0
-            self._share = (context, self.host.ms, share)
-        return share
-
-    def _table_step(self, context: int) -> float | None:
-        """A plain step as the reply would take it before it has taken one: the table's pass
-        and the host work every step pays (the pair's, as last timed). Timing a round against
-        the pass alone would take the host work for the round's own overhead: every source
-        would look half a step dearer than it is until the reply's first plain step."""
-        if self.step_ms_at is None:
-            return None
-        return self.step_ms_at(context) + (self.host.ms or 0.0)
-
-    def _host_from_round(self, source: str, k: int, ms: float, context: int) -> float | None:
-        """The host work a round of ``k`` shows when no plain step was ever timed (a fresh
-        start whose replies draft from their first step), its source's own overhead taken as
-        none, the neutral guess: the round took ``T v + h + (d + c)(T + h)`` with ``T`` the
-        table's step, ``v`` its pass over ``k + 1`` tokens, ``d`` the drafting and ``c`` the
-        catch-up it paid, in steps. At most a pass, as timed from plain steps."""
-        if self.step_ms_at is None:
-            return None
-        table = self.step_ms_at(context)
-        extra = self.drafting(source, k) + self.paying
-        host = (ms - table * self.verify_cost(k + 1, context) - extra * table) / (1.0 + extra)
-        return min(max(host, 0.0), table)
+        return 1.0 + (v - 1.0) * self.timing.model_share(context) if v > 1.0 else v
 
     def round_cost(self, source: str, k: int, context: int, nodes: int = 0) -> float:
         """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``);
@@ -216,17 +153,14 @@ class AutoPolicy:
                    + self.overhead_of(source) + tree)
 
     def overhead_of(self, source: str) -> float:
-        """``source``'s measured cost beyond the model; before it has rounds of its own, what
-        rounds of the other sources took (a source never tried is not priced as free)."""
-        own = self.overhead.get(source)
-        return own if own is not None else self.excess
+        return self.timing.overhead_of(source)
 
     def tree_extra(self, source: str, k: int, context: int) -> float:
         """What a tree round from a chain of ``k`` costs beyond the pass over its nodes, in
         plain steps: as measured on this machine once tree rounds ran, else the host work's
         estimate plus, where trees are verified path by path, the second pass over the kept
         path (at most ``k + 1`` tokens, from the table)."""
-        measured = self.tree_overhead.get(source)
+        measured = self.timing.tree_overhead.get(source)
         if measured is not None:
             return measured
         return self.tree_host + (self.pass_cost(k + 1, context) if self.second_pass else 0.0)
@@ -339,8 +273,8 @@ class AutoPolicy:
         fixed = fixed or {}
         matched = matched or {}
         self.steps += 1
-        if self._timing_due():
-            self.timing_steps += 1
+        if self.timing.timing_due(self.steps):
+            self.timing.timing_steps += 1
             self.probing = False
             self.paying = 0.0
             return None
@@ -395,14 +329,6 @@ class AutoPolicy:
         names = [n for n in self.widths if n not in fixed and n not in absent
                  and n not in self.tried and self.widths[n] > 0 and self.evidence[n].seen <= 0]
         return max(names, key=lambda n: self.evidence[n].rates(1)[0], default=None)
-
-    def _timing_due(self) -> bool:
-        """Whether this step is a plain one taken to time the host work: while it has been
-        timed from fewer than ``TIMED_STEPS`` plain steps (a guess read from a round prices a
-        plain step too dear, so every round would look cheaper than it is), not at a reply's
-        first step (it meets one-time costs), at most ``TIMED_STEPS`` per reply."""
-        return (self.learn_time and self.step_ms_at is not None and self.steps > 1
-                and self.host.timed < TIMED_STEPS and self.timing_steps < TIMED_STEPS)
 
     def _probe_source(self, context: int, fixed: dict[str, int],
                       absent: frozenset[str]) -> str | None:
@@ -470,45 +396,22 @@ class AutoPolicy:
         """Wall time of one step: a plain one (``source`` None) or a round of ``k`` (a tree
         of ``nodes`` when more). Every step is one target pass here (plain steps are not
         pipelined beside drafters)."""
-        if not self.learn_time:
+        timing = self.timing
+        if not timing.learn:
             return
         if source is None or k <= 0:
-            self.step_ms = ms if self.step_ms is None else (
-                (1 - TIME_WEIGHT) * self.step_ms + TIME_WEIGHT * ms)
-            if self.step_ms_at is not None:  # beyond the table's pass: at most a pass more
-                table = self.step_ms_at(context)
-                host = min(max(ms - table, 0.0), table)
-                # the first plain steps: their mean (a guess from a round replaced); then a
-                # running figure
-                n = self.host.timed
-                weight = 1.0 / (n + 1) if n < TIMED_STEPS else TIME_WEIGHT
-                self.host.ms = host if self.host.ms is None else (
-                    (1 - weight) * self.host.ms + weight * host)
-                self.host.timed = n + 1
+            timing.plain(ms, context)
             return
-        if self.step_ms is None and self.host.ms is None and nodes <= k:
-            self.host.ms = self._host_from_round(source, k, ms, context)
-        step = self.step_ms or self._table_step(context)
+        if nodes <= k:
+            timing.guess_host(ms, context, self.verify_cost(k + 1, context),
+                              self.drafting(source, k) + self.paying)
+        step = timing.step(context)
         if not step:
             return
         if nodes > k:  # what the tree added beyond the pass over its nodes
             chain_part = (self.round_cost(source, k, context) - self.pass_cost(k + 1, context)
                           + self.paying)
-            extra = ms / step - self.pass_cost(nodes + 1, context) - chain_part
-            extra = min(max(extra, TREE_OVERHEAD_RANGE[0]), TREE_OVERHEAD_RANGE[1])
-            old = self.tree_overhead.get(source)
-            self.tree_overhead[source] = extra if old is None else (
-                (1 - TIME_WEIGHT) * old + TIME_WEIGHT * extra)
+            timing.tree(source, ms / step - self.pass_cost(nodes + 1, context) - chain_part)
             return
-        saved = self.overhead.pop(source, None)
-        shared = self.excess
-        self.overhead[source] = 0.0
-        modelled = self.round_cost(source, k, context) + self.paying
-        excess = min(max(ms / step - modelled, OVERHEAD_RANGE[0]), OVERHEAD_RANGE[1])
-        self.excesses = [*self.excesses, min(max(excess, EXCESS_RANGE[0]),
-                                             EXCESS_RANGE[1])][-EXCESS_ROUNDS:]
-        self.excess = statistics.median([*self.excesses, *[0.0] * (3 - len(self.excesses))])
-        # from what rounds of any source took, moved a little: one round that met a pause
-        # does not shut a source out of the reply
-        start = saved if saved is not None else shared
-        self.overhead[source] = (1 - TIME_WEIGHT) * start + TIME_WEIGHT * excess
+        modelled = max(1.0, self.pass_cost(k + 1, context) + self.drafting(source, k))
+        timing.round(source, ms / step - modelled - self.paying)

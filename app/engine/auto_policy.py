@@ -143,14 +143,17 @@ class AutoPolicy:
         v = self.verify_cost(n, context)
         return 1.0 + (v - 1.0) * self.timing.model_share(context) if v > 1.0 else v
 
-    def round_cost(self, source: str, k: int, context: int, nodes: int = 0) -> float:
+    def round_cost(self, source: str, k: int, context: int, nodes: int = 0,
+                   measured: bool = True) -> float:
         """A round of ``k`` of ``source``'s proposals, in plain steps (1 for ``k == 0``);
-        ``nodes > k``: a tree of that many nodes grown from them."""
+        ``nodes > k``: a tree of that many nodes grown from them; ``measured``: with what
+        its rounds were measured to take beyond the model (off: the model alone)."""
         if k <= 0:
             return 1.0
         tree = self.tree_extra(source, k, context) if nodes > k else 0.0
+        beyond = self.overhead_of(source) if measured else 0.0
         return max(1.0, self.pass_cost(max(k, nodes) + 1, context) + self.drafting(source, k)
-                   + self.overhead_of(source) + tree)
+                   + beyond + tree)
 
     def overhead_of(self, source: str) -> float:
         return self.timing.overhead_of(source)
@@ -273,8 +276,7 @@ class AutoPolicy:
         fixed = fixed or {}
         matched = matched or {}
         self.steps += 1
-        if self.timing.timing_due(self.steps):
-            self.timing.timing_steps += 1
+        if self.timing.take_timing_step(self.steps):
             self.probing = False
             self.paying = 0.0
             return None
@@ -402,7 +404,7 @@ class AutoPolicy:
         if source is None or k <= 0:
             timing.plain(ms, context)
             return
-        if nodes <= k:
+        if nodes <= k and timing.host.ms is None:  # nothing timed yet: a guess from the round
             timing.guess_host(ms, context, self.verify_cost(k + 1, context),
                               self.drafting(source, k) + self.paying)
         step = timing.step(context)
@@ -413,5 +415,5 @@ class AutoPolicy:
                           + self.paying)
             timing.tree(source, ms / step - self.pass_cost(nodes + 1, context) - chain_part)
             return
-        modelled = max(1.0, self.pass_cost(k + 1, context) + self.drafting(source, k))
-        timing.round(source, ms / step - modelled - self.paying)
+        modelled = self.round_cost(source, k, context, measured=False) + self.paying
+        timing.round(source, ms / step - modelled)

@@ -6,7 +6,7 @@ priced in the reply's own plain steps: ``(T(n) + h) / (T(1) + h)`` (``model_shar
 timed from plain steps and kept for the pair (``HostWork``). Only a plain step shows it (a
 round's time also holds the round's own work), so while the pair's host work has been timed
 from fewer than ``TIMED_STEPS`` plain steps a reply takes its next steps plain, its first one
-aside (``timing_due``).
+aside (``take_timing_step``).
 
 What a source's rounds take beyond the model (sampling every position, the verdict, its
 bookkeeping) is measured per source (``overhead``) and added to its cost; a source the reply
@@ -76,14 +76,17 @@ class StepTiming:
         own = self.overhead.get(source)
         return own if own is not None else self.excess
 
-    def timing_due(self, steps: int) -> bool:
-        """Whether the reply's step ``steps`` is a plain one taken to time the host work:
-        while it has been timed from fewer than ``TIMED_STEPS`` plain steps (a guess read
-        from a round prices a plain step too dear, so every round would look cheaper than it
-        is), not at a reply's first step (it meets one-time costs), at most ``TIMED_STEPS``
-        per reply."""
-        return (self.learn and self.step_ms_at is not None and steps > 1
-                and self.host.timed < TIMED_STEPS and self.timing_steps < TIMED_STEPS)
+    def take_timing_step(self, steps: int) -> bool:
+        """Whether the reply's step ``steps`` is a plain one taken to time the host work (and
+        count it): while it has been timed from fewer than ``TIMED_STEPS`` plain steps (a
+        guess read from a round prices a plain step too dear, so every round would look
+        cheaper than it is), not at a reply's first step (it meets one-time costs), at most
+        ``TIMED_STEPS`` per reply."""
+        due = (self.learn and self.step_ms_at is not None and steps > 1
+               and self.host.timed < TIMED_STEPS and self.timing_steps < TIMED_STEPS)
+        if due:
+            self.timing_steps += 1
+        return due
 
     def step(self, context: int) -> float | None:
         """A plain step's milliseconds: the reply's own once it took any, else as it would

@@ -258,3 +258,37 @@ def test_every_drafter_follows_the_reply_whoever_proposes(monkeypatch):
             scale = float(np.abs(b_np).max())
             assert float(np.abs(a_np - b_np).max()) <= 0.05 * scale, drafter.kind
 
+
+
+@needs_demo(_demo_ready(), "The demo target or the shipped MTP head")
+def test_cheap_drafters_are_scored_beside_rounds_they_do_not_propose(monkeypatch):
+    """The MTP head and EAGLE-3 propose one token for a drafting step's cost: auto asks them
+    beside other sources' rounds and plain steps, while their evidence is thin, and scores the
+    token against the committed one. A peek must read the head's real state for the newest
+    position (a head fed the wrong rows is almost never right), leave the reply exact, and
+    stop once the source has seen its rounds."""
+    from app.demo.builtins import register_demo_models
+    from app.engine.auto_policy import PEEK_SEEN, AutoPolicy
+
+    register_demo_models()
+    s = Session()
+    s.load_target("demo")
+    s.load_draft("demo-draft")
+    peeks: list[tuple[str, bool]] = []
+    observe_peek = AutoPolicy.observe_peek
+
+    def spy(self: AutoPolicy, source: str, hit: bool) -> None:
+        peeks.append((source, hit))
+        observe_peek(self, source, hit)
+
+    monkeypatch.setattr(AutoPolicy, "observe_peek", spy)
+    prompt = "Write a short Python function that returns the sum of the squares of a list."
+    plain, _ = _generate(s, prompt=prompt, chat=True, max_tokens=64, draft_kind=kinds.OFF)
+    done, _ = _generate(s, prompt=prompt, chat=True, max_tokens=64, draft_kind=AUTO)
+    assert done.token_ids == plain.token_ids
+    asked = Counter(name for name, _ in peeks)
+    assert asked["mtp"] > 0 and asked["eagle3"] > 0, asked
+    assert set(asked) <= {"mtp", "eagle3"}  # model drafters that need a pass are not peeked
+    assert all(n <= PEEK_SEEN + 1 for n in asked.values()), asked  # only while thin
+    hits = sum(hit for name, hit in peeks if name == "mtp")
+    assert hits >= 0.3 * asked["mtp"], peeks  # the head's real prediction, not noise

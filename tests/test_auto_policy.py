@@ -418,3 +418,41 @@ def test_a_source_the_pairs_record_condemned_on_other_text_gets_one_narrow_try()
     later = [p.choose(room=64, context=100, absent=frozenset({"prompt-lookup"}))
              for _ in range(3)]
     assert all(c is not None and not c.probe for c in later)  # one try, not one per step
+
+
+def test_a_cheap_drafter_is_scored_beside_other_rounds_until_its_evidence_speaks():
+    """The MTP head's one try may miss by bad luck, and then the draft model, a little ahead on
+    the record's hope, is chosen at every step. A drafter whose one proposal costs one cheap
+    step is scored beside the chosen round instead (a peek, against the committed token):
+    while it has seen few rounds, never when it is the one chosen; what it scores moves its
+    rates as a round of one would, and it is even again with the tokens it fed."""
+    from app.engine.auto_policy import PEEK_SEEN
+
+    memory = Memory()
+    history = memory.history(SamplingParams())
+    for _ in range(4):
+        history.observe("mtp", 1, 0)
+    for _ in range(40):
+        history.observe("full-model", 2, 1)
+    p = AutoPolicy({"mtp": 4, "full-model": 4},
+                   verify_cost=lambda n, c: 1.0 + 0.05 * (n - 1), history=history,
+                   catch_up={"mtp": lambda missed, c: 0.01 * missed})
+    start = p.evidence["mtp"].rates(1)[0]
+    assert p.to_peek(["mtp"], chosen="mtp") == []
+    peeks = 0
+    for step in range(3 * PEEK_SEEN):
+        pick = p.choose(room=64, context=100)
+        chosen = pick.source if pick is not None else None
+        asked = p.to_peek(["mtp"], chosen)
+        if asked:
+            peeks += 1
+            p.observe_peek("mtp", True)  # right at every peek: the head fits this text
+        if pick is not None:
+            # on this text the head is right every time, the draft model half the time
+            p.observe(pick.source, pick.width, pick.width if pick.source == "mtp" else step % 2)
+        p.committed(2, chosen, peeked=frozenset(asked))
+        if asked:
+            assert p.missed["mtp"] == 0
+    assert 0 < peeks <= PEEK_SEEN  # only while its evidence was thin
+    assert p.evidence["mtp"].rates(1)[0] > max(start, p.evidence["full-model"].rates(1)[0])
+    assert p.choose(room=64, context=100).source == "mtp"  # type: ignore[union-attr]

@@ -17,7 +17,11 @@ make drafting pay again doubles the interval up to ``probe_max``; a round that p
 it), so a source that starts agreeing again is noticed. Each model source a reply (or its chat) has
 not tried gets one round of one proposal once ``TRY_AFTER`` steps have run, unless a copy is on
 offer: its starting rates come from the pair's record, learnt on other text, and a source that
-is never tried is never found to pay. Each plain step ages every source's
+is never tried is never found to pay. A drafter whose one proposal is cheap and changes
+nothing but what it has fed (``Drafter.peeks``: the MTP head, EAGLE-3) is also scored beside
+the chosen round while it has seen few rounds (``to_peek``, ``PEEK_SEEN``): its one token is
+compared with the committed one, as a round of one would be, without a round that loses.
+Each plain step ages every source's
 recent evidence a little, toward the source's long-run rate over the reply (the prior only
 until it has done anything), so a source that lost does not drift back into wide rounds on
 the prior's guess while plain steps run. A source that has seen few rounds is valued a
@@ -71,6 +75,7 @@ EXPLORE = 0.15  # optimism for a source with little evidence: rate + EXPLORE / s
 SWITCH_ROUNDS = 4  # rounds a switch to a source is expected to last (its catch-up is shared)
 TRY_AFTER = 4  # a reply's step from which each source it has not tried gets one narrow round
 MAX_TREE_NODES = 16  # a tree round verifies at most this many nodes (the table's widest)
+PEEK_SEEN = 8  # a source that peeks is scored beside other rounds until it has seen this many
 
 
 @dataclass(frozen=True)
@@ -341,11 +346,29 @@ class AutoPolicy:
         return max(names, key=lambda n: self.value(n, 1, context, self.hopeful_rates(n, 1)),
                    default=None)
 
-    def committed(self, tokens: int, proposer: str | None) -> None:
-        """A step committed ``tokens``: the proposer has fed its round (it is even again),
-        every other source that catches up has that many more to feed."""
+    def committed(self, tokens: int, proposer: str | None,
+                  peeked: frozenset[str] = frozenset()) -> None:
+        """A step committed ``tokens``: the proposer and the sources that peeked have fed
+        what they had missed (they are even again), every other source that catches up has
+        that many more to feed."""
         for name in self.missed:
-            self.missed[name] = 0 if name == proposer else self.missed[name] + tokens
+            even = name == proposer or name in peeked
+            self.missed[name] = 0 if even else self.missed[name] + tokens
+
+    def to_peek(self, peekers: list[str], chosen: str | None) -> list[str]:
+        """Which of ``peekers`` (sources whose one-token proposal costs one drafting step and
+        changes nothing else) to score beside this step's ``chosen`` source: those that have
+        seen few rounds. A drafter whose one try missed by bad luck would otherwise not be
+        chosen again, and one that is wrong on this text would cost rounds to find out; a
+        peek costs a few percent of a step, so each is asked only until it has seen
+        ``PEEK_SEEN`` rounds (peeks included)."""
+        return [n for n in peekers if n != chosen and n in self.evidence
+                and self.evidence[n].seen < PEEK_SEEN]
+
+    def observe_peek(self, source: str, hit: bool) -> None:
+        """A peek: ``source``'s one proposal was (``hit``) or was not the committed token,
+        the evidence of a one-proposal round."""
+        self._learn(source, 1, 1 if hit else 0, None)
 
     # -- evidence -----------------------------------------------------------------------
     def observe(self, source: str, proposed: int, accepted: int,

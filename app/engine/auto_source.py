@@ -15,6 +15,11 @@ was handed only at its next proposal (``Drafter.catches_up``) pays for the steps
 then; the policy counts the tokens each has missed and prices that pass when it weighs a
 switch.
 
+A member that peeks (``Drafter.peeks``) and that the policy wants scored is asked for one
+token beside the chosen round or plain step; after the step its token is compared with the
+committed one (``AutoPolicy.observe_peek``). The peek is timed apart, so the step's time the
+policy learns from is the step's own.
+
 A member that grows trees (``Member.trees``: its kind grows them and the request did not turn
 trees off) keeps its drafter's distribution with each chain. When the policy chooses a tree
 round for it, the chain grows the leaves that pay (``NodeBudget``, priced with the policy's
@@ -25,6 +30,7 @@ where a proposal was rejected.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -135,6 +141,8 @@ class AutoSource(ProposalSource):
         for name in self.budgets:
             self.members[name].drafter.keep_dist = True
         self.chain: Proposal | None = None  # this round's chain with its distribution
+        self.peeked: dict[str, int] = {}  # this step's peeks: each member's one token
+        self.peek_ms = 0.0
 
     def begin(self, prompt: list[int], sampling: SamplingParams) -> list[mx.array]:
         self.prompt_len = len(prompt)
@@ -170,6 +178,7 @@ class AutoSource(ProposalSource):
                                   matched=self.matched, absent=frozenset(absent))
         self.unused = {n: [int(t) for t in p.tokens.tolist()]  # type: ignore[union-attr, arg-type]
                        for n, p in found.items() if choice is None or n != choice.source}
+        self._peek(committed, None if choice is None else choice.source)
         if choice is None:
             return None
         m = self.members[choice.source]
@@ -197,6 +206,20 @@ class AutoSource(ProposalSource):
                 rule = RULE_SAMPLE_MATCH if rule == RULE_REJECTION else rule
         return Pick(proposal, rule, m.eager, choice.width, source=m.name)
 
+    def _peek(self, committed: list[int], chosen: str | None) -> None:
+        """Ask the members the policy wants scored (``AutoPolicy.to_peek``) for one token
+        each, timed apart so the step's own time is not charged with them."""
+        self.peeked = {}
+        self.peek_ms = 0.0
+        peekers = [m.name for m in self.members.values()
+                   if m.drafter.peeks and not m.drafter.stochastic and not m.drafter.keep_dist]
+        for name in self.auto.to_peek(peekers, chosen):
+            started = time.perf_counter()
+            p = self.members[name].drafter.propose(committed, 1)
+            if p is not None and p.k > 0:
+                self.peeked[name] = int_rows(p.tokens[None])[0][0]
+            self.peek_ms += (time.perf_counter() - started) * 1e3
+
     def _grow(self, m: Member, chain: Proposal) -> Proposal:
         """``chain`` with the leaves that pay, priced as the policy prices rounds."""
         budget = self.budgets[m.name]
@@ -222,7 +245,12 @@ class AutoSource(ProposalSource):
         self.chain = None
         self.fleet.observe(committed, proposal, accepted, new_tokens, hidden,
                            proposer=pick.source if pick is not None else None)
-        self.auto.committed(len(new_tokens), pick.source if pick is not None else None)
+        for name, token in self.peeked.items():
+            if new_tokens:
+                self.auto.observe_peek(name, token == new_tokens[0])
+        self.auto.committed(len(new_tokens), pick.source if pick is not None else None,
+                            peeked=frozenset(self.peeked))
+        self.peeked = {}
         for name, tokens in self.unused.items():  # free evidence: what the copy would have got
             n = min(len(tokens), len(new_tokens))
             hit = next((i for i in range(n) if tokens[i] != new_tokens[i]), n)
@@ -249,6 +277,8 @@ class AutoSource(ProposalSource):
         self.auto.observe_miss(source, runners.index(token) if token in runners else None)
 
     def timed(self, pick: Pick | None, ms: float) -> None:
+        ms = max(0.0, ms - self.peek_ms)  # the peeks are not the step's own work
+        self.peek_ms = 0.0
         if pick is None:
             self.auto.observe_time(None, 0, ms, self.context)
         else:

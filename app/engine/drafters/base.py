@@ -45,6 +45,10 @@ class Drafter(abc.ABC):
     # feeds the committed tokens it did not propose at its next proposal, in one longer first
     # pass (steps it sits out cost it nothing until then): a combining kind prices that pass
     catches_up: bool = False
+    # a one-token proposal changes nothing but feeding the rows its next proposal would feed
+    # anyway, and costs one drafting step: a combining kind may ask it beside another source's
+    # round and score it against the committed token (while it is not ``stochastic``)
+    peeks: bool = False
     # one drafting step (sequential) or one drafter pass (block), in target plain steps;
     # the session measures it at warm-up (``draft_step_ms`` / a target step)
     step_cost: float = 0.0

@@ -159,6 +159,7 @@ def make(ctx: DrafterContext) -> Eagle3Drafter:
 
 class Eagle3Drafter(Drafter):
     catches_up = True  # the tokens it sat out are fed at its next proposal
+    peeks = True  # a one-token proposal adds no entry of its own (``_drop_spec`` has none)
 
     def __init__(self, assets: Eagle3Assets, *, target_vocab: int):
         self.assets = assets

@@ -45,6 +45,7 @@ def _tap_request(head: MTPHead) -> TapRequest:
 
 class MTPDrafter(Drafter):
     catches_up = True  # the tokens it sat out are fed at its next proposal
+    peeks = True  # a one-token proposal adds no entry of its own (``_drop_spec`` has none)
 
     def __init__(self, head: MTPHead, target_model: Any, *, target_vocab: int,
                  reuse_draft_kv: bool = False):

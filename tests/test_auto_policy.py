@@ -294,9 +294,20 @@ def test_copies_are_judged_by_how_far_their_match_runs():
     assert long is not None and long.width >= 4
     assert copy_key("prompt-lookup", 2) != copy_key("prompt-lookup", 20)
     assert copy_key("suffix", 4) == copy_key("suffix", 7)
-    # the chat's turn opening matches an earlier turn's: at the reply's start it is no match
-    assert copy_match(7, reply=0) == 0 and copy_match(7, reply=30) == 7
-    assert copy_key("prompt-lookup", copy_match(7, reply=0)) != copy_key("prompt-lookup", 7)
+    # the chat's turn opening matches an earlier turn's: a class of its own, apart from the
+    # copies whose match is the reply's own text (a separator shared with the copied text
+    # still counts as the reply's match)
+    assert copy_match(7, reply=30) == 7 and copy_match(2, reply=1) == 1
+    opening = copy_key("prompt-lookup", copy_match(7, reply=0))
+    assert opening == copy_key("prompt-lookup", copy_match(9, reply=2))
+    assert opening not in {copy_key("prompt-lookup", m) for m in (0, 1, 2, 7)}
+    for _ in range(10):  # the pair's replies do not open as the last one did
+        p.observe_unused("prompt-lookup", 4, 0, matched=copy_match(7, reply=0))
+    assert p.choose(room=64, context=100, fixed={"prompt-lookup": 16},
+                    matched={"prompt-lookup": copy_match(7, reply=0)}) is None
+    early = p.choose(room=64, context=100, fixed={"prompt-lookup": 16},
+                     matched={"prompt-lookup": copy_match(1, reply=1)})
+    assert early is not None  # a copy after the reply's first token is judged as before
 
 
 def test_a_round_is_timed_against_a_whole_step_not_the_tables_pass_alone():

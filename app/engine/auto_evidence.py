@@ -6,9 +6,10 @@ trees) the rank of the target's token among the drafter's runner-ups where a pro
 rejected. A round of ``k`` proposals then commits ``expected_tokens(rates, k)`` on average.
 A copy's evidence is also kept per class of its match (``copy_key``): a copy after a long match
 (the text before it agrees with the text before its source for many tokens: a file being
-rewritten) is right far more often than one after a two-token match (a common phrase), and a
-match made of the prompt's own text alone (a chat template's turn opening that matches an
-earlier turn's) says nothing of whether this reply repeats anything (``copy_match``).
+rewritten) is right far more often than one after a two-token match (a common phrase); a
+match counts back no further than the reply's start, and one that runs well into the prompt's
+text (a chat template's turn opening that matches an earlier turn's) is a class of its own
+(``copy_match``): whether a reply opens as the last one did is the pair's habit in chats.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ LONG_DECAY = 0.98  # weight of older rounds in a source's long-run rate (plain s
 # 0.48-0.54, 4-7 0.71-0.88, 8-15 0.75-0.93, 16 or more 0.86-0.99. The first class holds
 # copies whose match is the prompt's text alone (the reply has not begun repeating).
 COPY_CLASSES = (1, 3, 7, 15)
+# a match that runs this far into the prompt's text is the prompt's own repetition (a chat's
+# turn opening: "<|im_end|>\n<|im_start|>assistant\n" is 5 tokens), not a separator the reply's
+# first tokens happen to share with the text they copy
+PROMPT_RUN = 3
+PROMPT_TEXT = -1  # ``copy_match`` of such a copy
 # after a rejected proposal: how often the target's token is the drafter's 1st/2nd/3rd
 # runner-up there, before any is observed
 RUNNER_PRIOR = (0.15, 0.07, 0.04)
@@ -111,13 +117,20 @@ def copy_match(match: int, reply: int) -> int:
     """A copy's match as its evidence counts it: the tokens before it that agree with the
     text before its source (``match``), counted back no further than the reply's start
     (``reply`` tokens so far): the prompt's own text matching an earlier part of the prompt
-    says nothing of whether this reply repeats."""
+    says nothing of whether this reply repeats. A match that runs ``PROMPT_RUN`` tokens or
+    more into the prompt (a chat's turn opening matching an earlier turn's: a copy of the
+    earlier reply's opening) is its own class (``PROMPT_TEXT``): whether such copies are right
+    is a habit of the pair's conversations, not of copies that follow the reply's own text."""
+    if match - reply >= PROMPT_RUN:
+        return PROMPT_TEXT
     return max(0, min(match, reply))
 
 
 def copy_key(source: str, matched: int) -> str:
     """The evidence key of ``source``'s copies after a match of ``matched`` tokens (its
     class)."""
+    if matched == PROMPT_TEXT:
+        return f"{source}#prompt"
     cls = next((i for i, top in enumerate(COPY_CLASSES) if matched <= top), len(COPY_CLASSES))
     return f"{source}#{cls}"
 

@@ -269,6 +269,7 @@ def test_cheap_drafters_are_scored_beside_rounds_they_do_not_propose(monkeypatch
     stop once the source has seen its rounds."""
     from app.demo.builtins import register_demo_models
     from app.engine.auto_policy import PEEK_SEEN, AutoPolicy
+    from app.engine.auto_source import AutoSource
 
     register_demo_models()
     s = Session()
@@ -282,9 +283,20 @@ def test_cheap_drafters_are_scored_beside_rounds_they_do_not_propose(monkeypatch
         observe_peek(self, source, hit)
 
     monkeypatch.setattr(AutoPolicy, "observe_peek", spy)
+    beside_copies: list[str] = []
+    next_pick = AutoSource.next
+
+    def watched(self: AutoSource, committed: list[int], remaining: int):
+        pick = next_pick(self, committed, remaining)
+        if pick is not None and pick.copied and self.auto.to_peek(["mtp", "eagle3"], None):
+            beside_copies.append(pick.source if self.peeked else "")  # wanted: were they asked?
+        return pick
+
+    monkeypatch.setattr(AutoSource, "next", watched)
     prompt = "Write a short Python function that returns the sum of the squares of a list."
     plain, _ = _generate(s, prompt=prompt, chat=True, max_tokens=64, draft_kind=kinds.OFF)
-    done, _ = _generate(s, prompt=prompt, chat=True, max_tokens=64, draft_kind=AUTO)
+    done, _ = _generate(s, prompt=prompt, chat=True, max_tokens=64, draft_kind=AUTO,
+                        conversation="code")
     assert done.token_ids == plain.token_ids
     asked = Counter(name for name, _ in peeks)
     assert asked["mtp"] > 0 and asked["eagle3"] > 0, asked
@@ -292,3 +304,12 @@ def test_cheap_drafters_are_scored_beside_rounds_they_do_not_propose(monkeypatch
     assert all(n <= PEEK_SEEN + 1 for n in asked.values()), asked  # only while thin
     hits = sum(hit for name, hit in peeks if name == "mtp")
     assert hits >= 0.3 * asked["mtp"], peeks  # the head's real prediction, not noise
+
+    # where the text repeats, a drafter is right far more often than where it is chosen: a
+    # copy's step does not score it (its evidence is still thin: it would have been asked)
+    peeks.clear()
+    listing = "apples, pears, plums, cherries, figs, " * 6
+    plain, _ = _generate(s, prompt=listing, max_tokens=24, draft_kind=kinds.OFF)
+    done, _ = _generate(s, prompt=listing, max_tokens=24, draft_kind=AUTO, conversation="list")
+    assert done.token_ids == plain.token_ids
+    assert beside_copies and not any(beside_copies), beside_copies

@@ -16,8 +16,10 @@ then; the policy counts the tokens each has missed and prices that pass when it 
 switch.
 
 A member that peeks (``Drafter.peeks``) and that the policy wants scored is asked for one
-token beside the chosen round or plain step; after the step its token is compared with the
-committed one (``AutoPolicy.observe_peek``). The peek is timed apart, so the step's time the
+token beside the chosen model drafter's round or plain step; after the step its token is
+compared with the committed one (``AutoPolicy.observe_peek``). Not beside a copy: where the
+text repeats a drafter is right far more often than where it is chosen, and a drafter scored
+there would be hoped for where it is not. The peek is timed apart, so the step's time the
 policy learns from is the step's own.
 
 A member that grows trees (``Member.trees``: its kind grows them and the request did not turn
@@ -178,7 +180,10 @@ class AutoSource(ProposalSource):
                                   matched=self.matched, absent=frozenset(absent))
         self.unused = {n: [int(t) for t in p.tokens.tolist()]  # type: ignore[union-attr, arg-type]
                        for n, p in found.items() if choice is None or n != choice.source}
-        self._peek(committed, None if choice is None else choice.source)
+        if choice is None or not self.members[choice.source].eager:
+            self._peek(committed, None if choice is None else choice.source)
+        else:  # a copy's step: the model drafters are judged where they would be chosen
+            self.peeked, self.peek_ms = {}, 0.0
         if choice is None:
             return None
         m = self.members[choice.source]

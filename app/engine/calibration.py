@@ -58,6 +58,9 @@ class Calibration:
     measured_s: float = 0.0  # how long the target's sweep took
     created: float = 0.0  # time.time() of the sweep
     load: float = 0.0  # runnable programs per CPU while measuring (above 1: it was busy)
+    # passes already read at one context (the auto kind asks every size at every step)
+    _read: dict[tuple[int, int], float] = field(default_factory=dict, init=False, compare=False,
+                                                repr=False)
 
     def reaches(self, context: int) -> bool:
         """Whether costs at ``context`` are read from measured rows rather than guessed past
@@ -74,10 +77,16 @@ class Calibration:
         """Milliseconds of one target pass over ``n`` tokens after ``context`` cached ones."""
         n = max(1, int(n))
         context = max(0, int(context))
-        # never less than a narrower pass at the same context: rows measured at different
-        # sizes, each carried to this context on its own, could otherwise cross
-        return max(self._pass_ms(m, context)
-                   for m in {n, *(m for row in self.sizes for m in row if m < n)})
+        got = self._read.get((n, context))
+        if got is None:
+            if len(self._read) > 4096:
+                self._read.clear()
+            # never less than a narrower pass at the same context: rows measured at different
+            # sizes, each carried to this context on its own, could otherwise cross
+            got = self._read[(n, context)] = max(
+                self._pass_ms(m, context)
+                for m in {n, *(m for row in self.sizes for m in row if m < n)})
+        return got
 
     def _pass_ms(self, n: int, context: int) -> float:
         rows = [_along(n, s, v) for s, v in zip(self.sizes, self.verify_ms, strict=True)]

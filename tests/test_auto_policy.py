@@ -400,18 +400,24 @@ def test_plain_steps_time_the_host_work_when_only_a_rounds_guess_stands_for_it()
     assert all(again.choose(room=64, context=100) is not None for _ in range(4))
 
 
+def _record_that_condemned_mtp():
+    """A pair's record of four MTP head rounds, all wrong (on a rewrite, where copies had taken
+    the easy places), and forty draft-model rounds right half the time."""
+    history = Memory().history(SamplingParams())
+    for _ in range(4):
+        history.observe("mtp", 1, 0)
+    for _ in range(40):
+        history.observe("full-model", 2, 1)
+    return history
+
+
 def test_a_source_the_pairs_record_condemned_on_other_text_gets_one_narrow_try():
     """The pair's record held four rounds of the MTP head, all wrong (on a rewrite, where
     copies had taken the easy places), so a request starts it far below the draft model and
     its value never beats the draft model's: without a try it is never chosen, though on this
     text it is the better one. Once a few steps have run, each model source the reply has not
     tried gets one round of one proposal, not while a copy is on offer, and once only."""
-    memory = Memory()
-    history = memory.history(SamplingParams())
-    for _ in range(4):
-        history.observe("mtp", 1, 0)
-    for _ in range(40):
-        history.observe("full-model", 2, 1)
+    history = _record_that_condemned_mtp()
     p = AutoPolicy({"mtp": 4, "full-model": 4, "prompt-lookup": 16},
                    verify_cost=lambda n, c: 1.0 + 0.05 * (n - 1), history=history)
     assert p.value("mtp", 1, 100, p.hopeful_rates("mtp", 1)) < p.best("full-model", 4, 100)[1]
@@ -439,12 +445,7 @@ def test_a_cheap_drafter_is_scored_beside_other_rounds_until_its_evidence_speaks
     rates as a round of one would, and it is even again with the tokens it fed."""
     from app.engine.auto_policy import PEEK_SEEN
 
-    memory = Memory()
-    history = memory.history(SamplingParams())
-    for _ in range(4):
-        history.observe("mtp", 1, 0)
-    for _ in range(40):
-        history.observe("full-model", 2, 1)
+    history = _record_that_condemned_mtp()
     p = AutoPolicy({"mtp": 4, "full-model": 4},
                    verify_cost=lambda n, c: 1.0 + 0.05 * (n - 1), history=history,
                    catch_up={"mtp": lambda missed, c: 0.01 * missed})

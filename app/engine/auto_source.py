@@ -180,10 +180,7 @@ class AutoSource(ProposalSource):
                                   matched=self.matched, absent=frozenset(absent))
         self.unused = {n: [int(t) for t in p.tokens.tolist()]  # type: ignore[union-attr, arg-type]
                        for n, p in found.items() if choice is None or n != choice.source}
-        if choice is None or not self.members[choice.source].eager:
-            self._peek(committed, None if choice is None else choice.source)
-        else:  # a copy's step: the model drafters are judged where they would be chosen
-            self.peeked, self.peek_ms = {}, 0.0
+        self._peek(committed, None if choice is None else choice.source)
         if choice is None:
             return None
         m = self.members[choice.source]
@@ -213,9 +210,12 @@ class AutoSource(ProposalSource):
 
     def _peek(self, committed: list[int], chosen: str | None) -> None:
         """Ask the members the policy wants scored (``AutoPolicy.to_peek``) for one token
-        each, timed apart so the step's own time is not charged with them."""
+        each, timed apart so the step's own time is not charged with them; none beside a
+        copy (the model drafters are judged where they would be chosen)."""
         self.peeked = {}
         self.peek_ms = 0.0
+        if chosen is not None and self.members[chosen].eager:
+            return
         peekers = [m.name for m in self.members.values()
                    if m.drafter.peeks and not m.drafter.stochastic and not m.drafter.keep_dist]
         for name in self.auto.to_peek(peekers, chosen):
